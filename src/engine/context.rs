@@ -1,0 +1,199 @@
+//! The per-request working set.
+//!
+//! The parsed request is read-only. Everything the original allocator wrote onto the request
+//! objects (scores, unreserved resources, replaced overprovision ratios, VMs from tickets, the
+//! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
+//! instead, and plugins read the effective values through these accessors.
+
+use std::cell::OnceCell;
+
+use rand::rngs::StdRng;
+
+use super::defaults::Defaults;
+use crate::js::Js;
+use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload};
+use crate::plugins::shared::vm_index::VmIndex;
+
+/// Index of a server in the request's `servers` list.
+pub type ServerId = usize;
+
+/// Unreserved resources, as `calculate-server-unreserved` computes them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Unreserved {
+    /// Percent of one core.
+    pub cpu_pct: f64,
+    pub ram_mib: f64,
+    pub disk_mib: f64,
+}
+
+/// What the allocation has learnt or changed about one server.
+#[derive(Debug, Clone, Default)]
+pub struct ServerState {
+    pub score: f64,
+    /// `overprovision_ratios` as replaced by `override-overprovisioning` or defaulted by
+    /// `calculate-server-unreserved`; `None` reads the server's own.
+    pub ratios: Option<Js>,
+    pub unreserved: Option<Unreserved>,
+    /// VMs added from open provisioning tickets, after the server's own.
+    pub ticket_vms: Vec<(Box<str>, ServerVm)>,
+    /// Added to `disk_zone_quota_bytes` for ticketed VMs.
+    pub zone_quota_added_bytes: f64,
+    /// Added to `disk_kvm_zvol_volsize_bytes` for ticketed KVM VMs.
+    pub kvm_zvol_added_bytes: f64,
+}
+
+/// The package after massaging (`PIPELINE.md` §3.2) and any overriding: ratios under their
+/// internal names.
+#[derive(Debug, Clone)]
+pub struct PackageState<'r> {
+    pub package: &'r Package,
+    pub overprovision_cpu: Js,
+    pub overprovision_ram: Js,
+    pub overprovision_disk: Js,
+    pub overprovision_io: Js,
+    pub overprovision_net: Js,
+}
+
+impl<'r> PackageState<'r> {
+    /// Converts the PAPI ratio names to the internal ones and defaults RAM to 1 when the
+    /// package carries no ratio at all.
+    pub fn massage(package: &'r Package) -> PackageState<'r> {
+        let convert = |from: &Js, existing: &Js| if from.truthy() { Js::Num(from.num()) } else { existing.clone() };
+        let mut state = PackageState {
+            package,
+            overprovision_cpu: convert(&package.overprovision_cpu, &package.overprovision_cpu),
+            overprovision_ram: convert(&package.overprovision_memory, &package.overprovision_ram),
+            overprovision_disk: convert(&package.overprovision_storage, &package.overprovision_disk),
+            overprovision_io: convert(&package.overprovision_io, &package.overprovision_io),
+            overprovision_net: convert(&package.overprovision_network, &package.overprovision_net),
+        };
+        let any = [
+            &state.overprovision_cpu,
+            &state.overprovision_ram,
+            &state.overprovision_disk,
+            &state.overprovision_io,
+            &state.overprovision_net,
+        ]
+        .iter()
+        .any(|r| r.truthy());
+        if !any {
+            state.overprovision_ram = Js::Num(1.0);
+        }
+        state
+    }
+}
+
+/// One allocation (or capacity) run's working set.
+pub struct Request<'r> {
+    pub servers: &'r [Server],
+    pub state: Vec<ServerState>,
+    pub vm: &'r VmPayload,
+    /// `vm.cpu_cap`, possibly copied from the package by `hard-filter-min-cpu`.
+    pub vm_cpu_cap: Js,
+    /// `vm.locality`, possibly replaced by `calculate-affinity`.
+    pub vm_locality: Js,
+    pub image: &'r Image,
+    pub package: Option<PackageState<'r>>,
+    pub tickets: &'r [Ticket],
+    pub defaults: &'r Defaults,
+    pub rng: StdRng,
+    vm_index: OnceCell<VmIndex>,
+}
+
+impl<'r> Request<'r> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        servers: &'r [Server],
+        vm: &'r VmPayload,
+        image: &'r Image,
+        package: Option<&'r Package>,
+        tickets: &'r [Ticket],
+        defaults: &'r Defaults,
+        rng: StdRng,
+    ) -> Request<'r> {
+        Request {
+            servers,
+            state: vec![ServerState::default(); servers.len()],
+            vm,
+            vm_cpu_cap: vm.cpu_cap_pct.clone(),
+            vm_locality: vm.locality.clone(),
+            image,
+            package: package.map(PackageState::massage),
+            tickets,
+            defaults,
+            rng,
+            vm_index: OnceCell::new(),
+        }
+    }
+
+    pub fn server(&self, id: ServerId) -> &'r Server {
+        &self.servers[id]
+    }
+
+    /// `String(server.uuid)`: the reasons key for a server.
+    pub fn key(&self, id: ServerId) -> String {
+        self.servers[id].reason_key()
+    }
+
+    /// The server's effective `overprovision_ratios`.
+    pub fn ratios(&self, id: ServerId) -> &Js {
+        self.state[id].ratios.as_ref().unwrap_or(&self.servers[id].overprovision_ratios)
+    }
+
+    /// The server's VMs: those sent inline, then those added from tickets.
+    pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm)> {
+        self.servers[id]
+            .inline_vms()
+            .chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
+    }
+
+    /// `server.vms[uuid]`, looking at inline and ticketed VMs.
+    pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm> {
+        let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.obj_or_empty());
+        inline.or_else(|| self.state[id].ticket_vms.iter().find(|(k, _)| &**k == uuid).map(|(_, v)| v))
+    }
+
+    /// Number of VMs on the server (inline and ticketed).
+    pub fn vm_count(&self, id: ServerId) -> usize {
+        self.servers[id].vms.as_obj().map_or(0, |m| m.len()) + self.state[id].ticket_vms.len()
+    }
+
+    /// The request's VMs, indexed for affinity and volumes-from look-ups (built on first use,
+    /// from the VMs sent inline: ticketed VMs are not visible to look-ups).
+    pub fn vm_index(&self) -> &VmIndex {
+        self.vm_index.get_or_init(|| VmIndex::build(self.servers))
+    }
+
+    /// The server's unreserved resources as `Js` numbers (`undefined` before they are
+    /// calculated), for messages and JS comparisons.
+    pub fn unreserved_js(&self, id: ServerId) -> [Js; 3] {
+        match self.state[id].unreserved {
+            Some(u) => [Js::Num(u.cpu_pct), Js::Num(u.ram_mib), Js::Num(u.disk_mib)],
+            None => [Js::Undefined, Js::Undefined, Js::Undefined],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(text: &str) -> Package {
+        serde_json::from_str(text).expect("test package")
+    }
+
+    #[test]
+    fn massaging_renames_and_defaults_ratios() {
+        let p = package("{}");
+        let m = PackageState::massage(&p);
+        assert_eq!(m.overprovision_ram, Js::Num(1.0));
+        let p = package(r#"{"overprovision_memory": "1.5", "overprovision_storage": 1, "overprovision_cpu": "4"}"#);
+        let m = PackageState::massage(&p);
+        assert_eq!((m.overprovision_cpu.num(), m.overprovision_ram.num(), m.overprovision_disk.num()), (4.0, 1.5, 1.0));
+        let p = package(r#"{"overprovision_memory": 0}"#);
+        assert_eq!(PackageState::massage(&p).overprovision_ram, Js::Num(1.0));
+        let p = package(r#"{"overprovision_network": 2}"#);
+        let m = PackageState::massage(&p);
+        assert_eq!((m.overprovision_net.clone(), m.overprovision_ram.clone()), (Js::Num(2.0), Js::Undefined));
+    }
+}

@@ -1,0 +1,195 @@
+//! The allocation engine: built once from the allocation description and the defaults,
+//! shared by every request. Knows nothing of HTTP.
+//!
+//! A request flows: typed body → [`Request`] working set → the description's plugins, each
+//! narrowing the candidate list and recording a [`Step`] → selection of the highest score.
+
+pub mod context;
+pub mod defaults;
+pub mod expr;
+pub mod summary;
+
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+pub use context::{Request, ServerId, ServerState, Unreserved};
+pub use defaults::Defaults;
+pub use expr::Expr;
+pub use summary::{Reasons, Step, StepsView};
+
+use crate::js::num_to_json;
+use crate::model::{AllocateBody, Image, Server, VmPayload};
+use crate::plugins::PluginError;
+
+/// The chain `serverCapacity()` always runs, whatever the configured description.
+const CAPACITY_CHAIN: &[&str] = &[
+    "hard-filter-setup",
+    "hard-filter-running",
+    "hard-filter-invalid-servers",
+    "load-server-vms",
+    "override-overprovisioning",
+    "calculate-server-unreserved",
+];
+
+/// The allocator: description, capacity chain and defaults.
+#[derive(Debug)]
+pub struct Engine {
+    chain: Expr,
+    capacity_chain: Expr,
+    defaults: Defaults,
+}
+
+/// The outcome of one allocation.
+#[derive(Debug)]
+pub struct Allocation {
+    pub chosen: Option<ServerId>,
+    pub steps: Vec<Step>,
+    pub state: Vec<ServerState>,
+}
+
+/// Unreserved resources per surviving server, and why the others were left out.
+#[derive(Debug)]
+pub struct Capacity {
+    pub servers: Vec<(ServerId, Unreserved)>,
+    pub reasons: Reasons,
+}
+
+impl Engine {
+    /// Builds the engine; errors name what to fix (`Bad expression given: ...`,
+    /// `Defaults filter_headnode is not boolean`, ...).
+    pub fn new(description: &Value, defaults: Defaults) -> Result<Engine, String> {
+        let chain = Expr::parse(description)?;
+        let mut capacity: Vec<Value> = vec!["pipe".into()];
+        capacity.extend(CAPACITY_CHAIN.iter().map(|&n| Value::from(n)));
+        let capacity_chain = Expr::parse(&Value::Array(capacity))?;
+        Ok(Engine { chain, capacity_chain, defaults })
+    }
+
+    /// Builds the engine from `{"allocationDescription": [...], "defaults": {...}}`.
+    pub fn from_config(config: &Value) -> Result<Engine, String> {
+        let description = config
+            .get("allocationDescription")
+            .ok_or("config: \"allocationDescription\" is missing (a [\"pipe\", ...] plugin chain)")?;
+        let defaults = match config.get("defaults") {
+            None => Defaults::cnapi(),
+            Some(d) => Defaults::from_json(d)?,
+        };
+        Engine::new(description, defaults)
+    }
+
+    pub fn defaults(&self) -> &Defaults {
+        &self.defaults
+    }
+
+    pub fn chain(&self) -> &Expr {
+        &self.chain
+    }
+
+    /// Runs the description on a validated request.
+    pub fn allocate(&self, body: &AllocateBody<'_>) -> Result<Allocation, PluginError> {
+        let seed = body.seed.or(self.defaults.seed);
+        let rng = match seed {
+            Some(s) => StdRng::seed_from_u64(s),
+            None => StdRng::from_entropy(),
+        };
+        let mut req = Request::new(
+            &body.servers,
+            &body.vm,
+            &body.image,
+            body.package.as_ref(),
+            &body.tickets,
+            &self.defaults,
+            rng,
+        );
+        let mut steps = Vec::new();
+        let input: Vec<ServerId> = (0..body.servers.len()).collect();
+        let survivors = self.chain.run(&mut req, input, &mut steps)?;
+        let chosen = select(&survivors, &req.state);
+        Ok(Allocation { chosen, steps, state: req.state })
+    }
+
+    /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.
+    pub fn capacity(&self, servers: &[Server]) -> Result<Capacity, PluginError> {
+        let (vm, image) = (VmPayload::default(), Image::default());
+        let mut req = Request::new(servers, &vm, &image, None, &[], &self.defaults, StdRng::seed_from_u64(0));
+        let mut steps = Vec::new();
+        let survivors = self.capacity_chain.run(&mut req, (0..servers.len()).collect(), &mut steps)?;
+        let mut reasons = Reasons::default();
+        for step in &steps {
+            reasons.extend(&step.reasons);
+        }
+        let servers = survivors
+            .into_iter()
+            .filter_map(|id| req.state[id].unreserved.map(|u| (id, u)))
+            .collect();
+        Ok(Capacity { servers, reasons })
+    }
+}
+
+/// The highest score wins; on a tie the later server in the final list does.
+pub fn select(survivors: &[ServerId], state: &[ServerState]) -> Option<ServerId> {
+    let mut best = *survivors.first()?;
+    for &id in &survivors[1..] {
+        // Keep the current best only when strictly greater (NaN picks the later server).
+        if !(state[best].score > state[id].score) {
+            best = id;
+        }
+    }
+    Some(best)
+}
+
+/// `{"server": {...} | null, "steps": [...]}`, as `POST /allocate` answers.
+#[derive(Serialize)]
+pub struct AllocateAnswer<'a> {
+    pub server: Option<Value>,
+    pub steps: StepsView<'a>,
+}
+
+impl Allocation {
+    pub fn answer<'a>(&'a self, raw_servers: &[&RawValue], servers: &'a [Server]) -> AllocateAnswer<'a> {
+        let server = self
+            .chosen
+            .map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
+        AllocateAnswer { server, steps: StepsView { servers, received: servers.len(), steps: &self.steps } }
+    }
+}
+
+impl Capacity {
+    /// `{"capacities": {uuid: {cpu, ram, disk}}, "reasons": {...}}`.
+    pub fn answer(&self, servers: &[Server]) -> Value {
+        let capacities: serde_json::Map<String, Value> = self
+            .servers
+            .iter()
+            .map(|(id, u)| {
+                let entry = serde_json::json!({
+                    "cpu": num_to_json(u.cpu_pct),
+                    "ram": num_to_json(u.ram_mib),
+                    "disk": num_to_json(u.disk_mib),
+                });
+                (servers[*id].reason_key(), entry)
+            })
+            .collect();
+        serde_json::json!({ "capacities": capacities, "reasons": self.reasons })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(scores: &[f64]) -> Vec<ServerState> {
+        scores.iter().map(|&score| ServerState { score, ..ServerState::default() }).collect()
+    }
+
+    #[test]
+    fn ties_go_to_the_later_server() {
+        assert_eq!(select(&[0, 1, 2], &state(&[2.5, 3.5, 3.5])), Some(2));
+        assert_eq!(select(&[0, 1], &state(&[3.5, 1.0])), Some(0));
+        assert_eq!(select(&[1, 0], &state(&[3.5, 3.5])), Some(0));
+        assert_eq!(select(&[], &state(&[])), None);
+        assert_eq!(select(&[0, 1], &state(&[f64::NAN, 1.0])), Some(1));
+    }
+}

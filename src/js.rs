@@ -1,0 +1,572 @@
+//! JavaScript value semantics.
+//!
+//! The original allocator is JavaScript and its observable behaviour (which servers pass,
+//! the exact reason strings) depends on JS truthiness, numeric coercion, `String(x)`,
+//! `Number.prototype.toFixed` and `JSON.stringify`. Request fields that the original reads
+//! loosely are kept as [`Js`] values so every plugin applies exactly those rules, once,
+//! through the functions here.
+
+use std::fmt::Write as _;
+
+use indexmap::IndexMap;
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// A JSON value as JavaScript sees it, plus `undefined` for an absent key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Js {
+    #[default]
+    Undefined,
+    Null,
+    Bool(bool),
+    Num(f64),
+    Str(Box<str>),
+    Arr(Vec<Js>),
+    Obj(JsObject),
+}
+
+/// An object with JS key order (insertion order; a repeated key keeps its first position).
+pub type JsObject = IndexMap<Box<str>, Js>;
+
+/// What `obj[missing]` reads.
+pub static UNDEFINED: Js = Js::Undefined;
+
+impl Js {
+    pub fn str(s: &str) -> Js {
+        Js::Str(s.into())
+    }
+
+    pub fn is_undefined(&self) -> bool {
+        matches!(self, Js::Undefined)
+    }
+
+    /// JS truthiness: `false`, `0`, `-0`, `NaN`, `""`, `null`, `undefined` are falsy.
+    pub fn truthy(&self) -> bool {
+        match self {
+            Js::Undefined | Js::Null => false,
+            Js::Bool(b) => *b,
+            Js::Num(n) => *n != 0.0 && !n.is_nan(),
+            Js::Str(s) => !s.is_empty(),
+            Js::Arr(_) | Js::Obj(_) => true,
+        }
+    }
+
+    /// Unary plus (`+x`).
+    pub fn num(&self) -> f64 {
+        match self {
+            Js::Undefined => f64::NAN,
+            Js::Null => 0.0,
+            Js::Bool(b) => f64::from(u8::from(*b)),
+            Js::Num(n) => *n,
+            Js::Str(s) => string_to_number(s),
+            Js::Arr(_) => string_to_number(&self.to_js_string()),
+            Js::Obj(_) => f64::NAN,
+        }
+    }
+
+    /// `typeof x` (`null` and arrays are `object`).
+    pub fn type_of(&self) -> &'static str {
+        match self {
+            Js::Undefined => "undefined",
+            Js::Bool(_) => "boolean",
+            Js::Num(_) => "number",
+            Js::Str(_) => "string",
+            Js::Null | Js::Arr(_) | Js::Obj(_) => "object",
+        }
+    }
+
+    /// "Is a hash": a plain object (not null, not an array).
+    pub fn as_obj(&self) -> Option<&JsObject> {
+        match self {
+            Js::Obj(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Js::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_arr(&self) -> Option<&[Js]> {
+        match self {
+            Js::Arr(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    pub fn as_num(&self) -> Option<f64> {
+        match self {
+            Js::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// `x[key]` for objects; `undefined` for everything else (and for absent keys).
+    pub fn get(&self, key: &str) -> &Js {
+        match self {
+            Js::Obj(o) => o.get(key).unwrap_or(&UNDEFINED),
+            _ => &UNDEFINED,
+        }
+    }
+
+    /// `key in x` for objects.
+    pub fn has(&self, key: &str) -> bool {
+        matches!(self, Js::Obj(o) if o.contains_key(key))
+    }
+
+    /// `String(x)`.
+    pub fn to_js_string(&self) -> String {
+        match self {
+            Js::Undefined => "undefined".into(),
+            Js::Null => "null".into(),
+            Js::Bool(b) => b.to_string(),
+            Js::Num(n) => fmt_num(*n),
+            Js::Str(s) => s.to_string(),
+            Js::Arr(items) => items
+                .iter()
+                .map(|i| match i {
+                    Js::Undefined | Js::Null => String::new(),
+                    other => other.to_js_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            Js::Obj(_) => "[object Object]".into(),
+        }
+    }
+
+    /// `JSON.stringify(x)` concatenated into a string (so `undefined` reads `undefined`).
+    pub fn stringify(&self) -> String {
+        let mut out = String::new();
+        self.write_json(&mut out);
+        out
+    }
+
+    fn write_json(&self, out: &mut String) {
+        match self {
+            Js::Undefined => out.push_str("undefined"),
+            Js::Null => out.push_str("null"),
+            Js::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Js::Num(n) if n.is_finite() => out.push_str(&fmt_num(*n)),
+            Js::Num(_) => out.push_str("null"),
+            Js::Str(s) => write_json_string(out, s),
+            Js::Arr(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    match item {
+                        Js::Undefined => out.push_str("null"),
+                        other => other.write_json(out),
+                    }
+                }
+                out.push(']');
+            }
+            Js::Obj(o) => {
+                out.push('{');
+                let mut first = true;
+                for (k, v) in o {
+                    if v.is_undefined() {
+                        continue;
+                    }
+                    if !first {
+                        out.push(',');
+                    }
+                    first = false;
+                    write_json_string(out, k);
+                    out.push(':');
+                    v.write_json(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// Converts to a `serde_json::Value` (`undefined` becomes `null`, NaN `null`).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value;
+        match self {
+            Js::Undefined | Js::Null => Value::Null,
+            Js::Bool(b) => Value::Bool(*b),
+            Js::Num(n) => num_to_json(*n),
+            Js::Str(s) => Value::String(s.to_string()),
+            Js::Arr(a) => Value::Array(a.iter().map(Js::to_json).collect()),
+            Js::Obj(o) => Value::Object(
+                o.iter()
+                    .filter(|(_, v)| !v.is_undefined())
+                    .map(|(k, v)| (k.to_string(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    pub fn from_json(v: &serde_json::Value) -> Js {
+        use serde_json::Value;
+        match v {
+            Value::Null => Js::Null,
+            Value::Bool(b) => Js::Bool(*b),
+            Value::Number(n) => Js::Num(n.as_f64().unwrap_or(f64::NAN)),
+            Value::String(s) => Js::str(s),
+            Value::Array(a) => Js::Arr(a.iter().map(Js::from_json).collect()),
+            Value::Object(o) => Js::Obj(o.iter().map(|(k, v)| (k.as_str().into(), Js::from_json(v))).collect()),
+        }
+    }
+}
+
+/// A number as JSON: integral values print without a fraction, NaN/Infinity as `null`.
+pub fn num_to_json(n: f64) -> serde_json::Value {
+    if !n.is_finite() {
+        return serde_json::Value::Null;
+    }
+    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
+        // Exact: the magnitude is below 2^53.
+        return serde_json::Value::from(n as i64);
+    }
+    serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+fn write_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// JS `ToNumber` on a string.
+pub fn string_to_number(s: &str) -> f64 {
+    let t = s.trim_matches(|c: char| c.is_whitespace() || c == '\u{feff}');
+    if t.is_empty() {
+        return 0.0;
+    }
+    let radix = |digits: &str, r: u32| {
+        if digits.is_empty() {
+            return f64::NAN;
+        }
+        digits
+            .chars()
+            .try_fold(0f64, |acc, c| c.to_digit(r).map(|d| acc * f64::from(r) + f64::from(d)))
+            .unwrap_or(f64::NAN)
+    };
+    for (prefix, r) in [("0x", 16), ("0X", 16), ("0o", 8), ("0O", 8), ("0b", 2), ("0B", 2)] {
+        if let Some(rest) = t.strip_prefix(prefix) {
+            return radix(rest, r);
+        }
+    }
+    match t {
+        "Infinity" | "+Infinity" => return f64::INFINITY,
+        "-Infinity" => return f64::NEG_INFINITY,
+        _ => {}
+    }
+    // Rust's parser also accepts "inf", "nan" and the like, which JS does not.
+    let ok = t
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'));
+    if !ok {
+        return f64::NAN;
+    }
+    t.parse::<f64>().unwrap_or(f64::NAN)
+}
+
+/// JS `String(number)`: shortest round-trip digits, exponent form outside [1e-6, 1e21).
+pub fn fmt_num(n: f64) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    if n == 0.0 {
+        return "0".into();
+    }
+    // `{:e}` gives the shortest round-trip digits: "d.ddddde±x".
+    let sci = format!("{:e}", n.abs());
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let k = digits.len() as i32; // number of significant digits
+    let point = exp + 1; // position of the decimal point relative to the digits
+    let mut out = String::new();
+    if n < 0.0 {
+        out.push('-');
+    }
+    if k <= point && point <= 21 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (point - k) as usize));
+    } else if 0 < point && point <= 21 {
+        out.push_str(&digits[..point as usize]);
+        out.push('.');
+        out.push_str(&digits[point as usize..]);
+    } else if -6 < point && point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-point) as usize));
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        out.push(if point - 1 >= 0 { '+' } else { '-' });
+        out.push_str(&(point - 1).abs().to_string());
+    }
+    out
+}
+
+/// JS `n.toFixed(2)`: the exact binary value rounded to two decimals, ties away from zero.
+pub fn to_fixed2(n: f64) -> String {
+    if n.is_nan() {
+        return "NaN".into();
+    }
+    if n.abs() >= 1e21 || n.is_infinite() {
+        return fmt_num(n);
+    }
+    if n == 0.0 {
+        return "0.00".into();
+    }
+    // An exact tie at the third decimal happens only for odd multiples of 1/8, where
+    // Rust's formatter would round to even; everything else it rounds exactly as JS does.
+    let eighths = n * 8.0;
+    if eighths.fract() == 0.0 && eighths % 2.0 != 0.0 {
+        let cents = (n.abs() * 100.0).ceil();
+        let sign = if n < 0.0 { "-" } else { "" };
+        let whole = (cents / 100.0).trunc();
+        let frac = cents - whole * 100.0;
+        return format!("{sign}{whole:.0}.{frac:02.0}");
+    }
+    format!("{n:.2}")
+}
+
+/// JS `<` between two values: strings compare by UTF-16 code units, anything else as numbers.
+pub fn js_lt(a: &Js, b: &Js) -> bool {
+    match (a, b) {
+        (Js::Str(x), Js::Str(y)) => str_lt(x, y),
+        _ => {
+            let (x, y) = (prim_num(a), prim_num(b));
+            x < y
+        }
+    }
+}
+
+/// JS `<=` (`!(b < a)` unless a NaN is involved).
+pub fn js_le(a: &Js, b: &Js) -> bool {
+    match (a, b) {
+        (Js::Str(x), Js::Str(y)) => !str_lt(y, x),
+        _ => {
+            let (x, y) = (prim_num(a), prim_num(b));
+            x <= y
+        }
+    }
+}
+
+pub fn js_gt(a: &Js, b: &Js) -> bool {
+    js_lt(b, a)
+}
+
+pub fn js_ge(a: &Js, b: &Js) -> bool {
+    js_le(b, a)
+}
+
+/// Relational comparisons convert objects through `String()` first (ToPrimitive).
+fn prim_num(v: &Js) -> f64 {
+    match v {
+        Js::Arr(_) | Js::Obj(_) => string_to_number(&v.to_js_string()),
+        other => other.num(),
+    }
+}
+
+/// Lexicographic order by UTF-16 code unit, as JS compares strings.
+pub fn str_lt(a: &str, b: &str) -> bool {
+    if a.is_ascii() && b.is_ascii() {
+        return a < b;
+    }
+    a.encode_utf16().lt(b.encode_utf16())
+}
+
+/// JS `===`.
+pub fn strict_eq(a: &Js, b: &Js) -> bool {
+    match (a, b) {
+        (Js::Undefined, Js::Undefined) | (Js::Null, Js::Null) => true,
+        (Js::Bool(x), Js::Bool(y)) => x == y,
+        (Js::Num(x), Js::Num(y)) => x == y,
+        (Js::Str(x), Js::Str(y)) => x == y,
+        // Distinct parsed objects are never identical.
+        _ => false,
+    }
+}
+
+impl<'de> Deserialize<'de> for Js {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Js, D::Error> {
+        d.deserialize_any(JsVisitor)
+    }
+}
+
+struct JsVisitor;
+
+impl<'de> Visitor<'de> for JsVisitor {
+    type Value = Js;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Js, E> {
+        Ok(Js::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Js, E> {
+        Ok(Js::Num(v as f64))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Js, E> {
+        Ok(Js::Num(v as f64))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Js, E> {
+        Ok(Js::Num(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Js, E> {
+        Ok(Js::str(v))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Js, E> {
+        Ok(Js::Str(v.into_boxed_str()))
+    }
+    fn visit_unit<E>(self) -> Result<Js, E> {
+        Ok(Js::Null)
+    }
+    fn visit_none<E>(self) -> Result<Js, E> {
+        Ok(Js::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Js, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Js::Arr(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Js, A::Error> {
+        let mut obj = JsObject::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some((k, v)) = map.next_entry::<Box<str>, Js>()? {
+            // JSON.parse keeps the last value of a repeated key at its first position.
+            obj.insert(k, v);
+        }
+        Ok(Js::Obj(obj))
+    }
+}
+
+impl serde::Serialize for Js {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self {
+            Js::Undefined | Js::Null => s.serialize_unit(),
+            Js::Bool(b) => s.serialize_bool(*b),
+            Js::Num(n) => num_to_json(*n).serialize(s),
+            Js::Str(v) => s.serialize_str(v),
+            Js::Arr(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for item in a {
+                    seq.serialize_element(item)?;
+                }
+                seq.end()
+            }
+            Js::Obj(o) => {
+                let mut map = s.serialize_map(None)?;
+                for (k, v) in o.iter().filter(|(_, v)| !v.is_undefined()) {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn js(text: &str) -> Js {
+        serde_json::from_str(text).expect("test JSON")
+    }
+
+    #[test]
+    fn number_to_string_matches_js() {
+        assert_eq!(fmt_num(512.0), "512");
+        assert_eq!(fmt_num(-0.0), "0");
+        assert_eq!(fmt_num(1024.0 / 1.5), "682.6666666666666");
+        assert_eq!(fmt_num(1e21), "1e+21");
+        assert_eq!(fmt_num(1e-7), "1e-7");
+        assert_eq!(fmt_num(1.5e-7), "1.5e-7");
+        assert_eq!(fmt_num(0.000001), "0.000001");
+        assert_eq!(fmt_num(123456789012345680000.0), "123456789012345680000");
+        assert_eq!(fmt_num(0.1 + 0.2), "0.30000000000000004");
+        assert_eq!(fmt_num(-87.5), "-87.5");
+        assert_eq!(fmt_num(f64::NAN), "NaN");
+    }
+
+    #[test]
+    fn to_fixed_rounds_exact_ties_away_from_zero() {
+        assert_eq!(to_fixed2(0.125), "0.13");
+        assert_eq!(to_fixed2(0.375), "0.38");
+        assert_eq!(to_fixed2(0.625), "0.63");
+        assert_eq!(to_fixed2(-0.125), "-0.13");
+        assert_eq!(to_fixed2(1.005), "1.00");
+        assert_eq!(to_fixed2(-0.0), "0.00");
+        assert_eq!(to_fixed2(2.0), "2.00");
+        assert_eq!(to_fixed2(3.9999999999999996), "4.00");
+        assert_eq!(to_fixed2(f64::NAN), "NaN");
+        assert_eq!(to_fixed2(1.0 / 8.0 * 7.0), "0.88");
+    }
+
+    #[test]
+    fn coercions() {
+        assert_eq!(js(r#""2""#).num(), 2.0);
+        assert_eq!(js(r#""""#).num(), 0.0);
+        assert!(js(r#""abc""#).num().is_nan());
+        assert_eq!(js("true").num(), 1.0);
+        assert_eq!(js("null").num(), 0.0);
+        assert!(Js::Undefined.num().is_nan());
+        assert_eq!(js("[]").num(), 0.0);
+        assert_eq!(js("[5]").num(), 5.0);
+        assert!(js(r#""inf""#).num().is_nan());
+        assert_eq!(js(r#"" 0x1A ""#).num(), 26.0);
+        assert!(js(r#""0""#).truthy());
+        assert!(!js("0").truthy());
+        assert!(js("[]").truthy());
+    }
+
+    #[test]
+    fn stringify_and_string_forms() {
+        let v = js(r#"{"b":1.0,"a":[true,null,"x\"y"],"c":0.5}"#);
+        assert_eq!(v.stringify(), r#"{"b":1,"a":[true,null,"x\"y"],"c":0.5}"#);
+        assert_eq!(Js::Undefined.stringify(), "undefined");
+        assert_eq!(js("[1,[2,3],null]").to_js_string(), "1,2,3,");
+        assert_eq!(js("{}").to_js_string(), "[object Object]");
+    }
+
+    #[test]
+    fn comparisons() {
+        assert!(js_lt(&Js::str("10.0"), &Js::str("7.0")));
+        assert!(!js_lt(&Js::Undefined, &Js::str("7.0")));
+        assert!(!js_ge(&Js::Undefined, &Js::str("7.0")));
+        assert!(js_ge(&Js::str("20170316T213525Z"), &Js::str("20160613T123039Z")));
+        assert!(js_lt(&Js::Num(2.0), &Js::str("10")));
+    }
+
+    #[test]
+    fn repeated_keys_keep_first_position_last_value() {
+        let v = js(r#"{"a":1,"b":2,"a":3}"#);
+        assert_eq!(v.stringify(), r#"{"a":3,"b":2}"#);
+    }
+}

@@ -1,0 +1,14 @@
+//! dapi: chooses the compute node on which a new VM goes (Triton's DAPI allocator, in Rust).
+//!
+//! * [`model`]: typed request objects; [`validate`]: the original's validations.
+//! * [`engine`]: the allocation engine (pipeline, working set, selection, steps).
+//! * [`plugins`]: the hard filters, soft filters, scorers and transforms, one per file.
+//! * [`js`]: the JavaScript value semantics the original's answers depend on.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod js;
+pub mod model;
+pub mod plugins;
+pub mod validate;

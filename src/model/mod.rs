@@ -1,0 +1,249 @@
+//! Typed request models: CNAPI server objects (with the VMs on them), the VM payload, the
+//! image manifest, the package and waitlist tickets.
+//!
+//! Fields the original reads loosely (numbers that may arrive as strings, flags that are
+//! only tested for truthiness) are [`Js`] values: absent reads as `Js::Undefined`, and the
+//! plugins apply JS coercion through [`crate::js`]. Wire names that do not carry a unit get
+//! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored.
+
+mod request;
+mod shape;
+
+pub use request::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType};
+pub use shape::{EmptyValue, Shape};
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::js::Js;
+
+/// The VMs on a server, keyed by VM uuid, in the order the caller sent them.
+pub type VmMap = IndexMap<Box<str>, Shape<ServerVm>>;
+
+crate::empty_value!(Sysinfo, ServerVm, VmMap, Nic, VirtualNic);
+
+/// A CNAPI server object.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Server {
+    pub uuid: Js,
+    pub status: Js,
+    pub setup: Js,
+    pub reserved: Js,
+    pub reservoir: Js,
+    pub headnode: Js,
+    pub traits: Js,
+    pub current_platform: Js,
+    pub next_reboot: Js,
+    pub last_boot: Js,
+    pub memory_available_bytes: Js,
+    pub memory_total_bytes: Js,
+    pub reservation_ratio: Js,
+    pub disk_pool_size_bytes: Js,
+    pub disk_pool_alloc_bytes: Js,
+    pub disk_system_used_bytes: Js,
+    pub disk_installed_images_used_bytes: Js,
+    pub disk_cores_quota_used_bytes: Js,
+    pub disk_zone_quota_bytes: Js,
+    pub disk_zone_quota_used_bytes: Js,
+    pub disk_kvm_quota_bytes: Js,
+    pub disk_kvm_zvol_volsize_bytes: Js,
+    /// `{cpu, ram, disk, io, net}` ratios; an object in valid servers.
+    pub overprovision_ratios: Js,
+    pub sysinfo: Shape<Sysinfo>,
+    pub vms: Shape<VmMap>,
+}
+
+impl Server {
+    /// `String(server.uuid)`: the key of this server's entry in step reasons.
+    pub fn reason_key(&self) -> String {
+        self.uuid.to_js_string()
+    }
+
+    /// The server's sysinfo; a missing or non-object sysinfo reads as an empty one.
+    pub fn sysinfo(&self) -> &Sysinfo {
+        self.sysinfo.obj_or_empty()
+    }
+
+    /// The VMs sent inline; a missing, null or array `vms` reads as no VMs.
+    pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm)> {
+        self.vms
+            .as_obj()
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
+    }
+}
+
+/// The parts of a server's `sysinfo(1)` output that the allocator reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Sysinfo {
+    #[serde(rename = "Bhyve Capable")]
+    pub bhyve_capable: Js,
+    #[serde(rename = "Bhyve Max Vcpus")]
+    pub bhyve_max_vcpus: Js,
+    #[serde(rename = "CPU Total Cores")]
+    pub cpu_total_cores: Js,
+    #[serde(rename = "CPU Socket Count")]
+    pub cpu_socket_count: Js,
+    #[serde(rename = "CPU Core Count")]
+    pub cpu_core_count: Js,
+    #[serde(rename = "CPU Online Count")]
+    pub cpu_online_count: Js,
+    #[serde(rename = "CPU Count")]
+    pub cpu_count: Js,
+    #[serde(rename = "Admin NIC Tag")]
+    pub admin_nic_tag: Js,
+    #[serde(rename = "Admin IP")]
+    pub admin_ip: Js,
+    #[serde(rename = "HVM API")]
+    pub hvm_api: Js,
+    #[serde(rename = "Network Interfaces")]
+    pub network_interfaces: Shape<IndexMap<Box<str>, Shape<Nic>>>,
+    #[serde(rename = "Virtual Network Interfaces")]
+    pub virtual_network_interfaces: Shape<IndexMap<Box<str>, Shape<VirtualNic>>>,
+    #[serde(rename = "Live Image")]
+    pub live_image: Js,
+    #[serde(rename = "SDC Version")]
+    pub sdc_version: Js,
+    #[serde(rename = "System Type")]
+    pub system_type: Js,
+    #[serde(rename = "Zpool Encrypted")]
+    pub zpool_encrypted: Js,
+}
+
+/// A physical NIC in sysinfo.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct Nic {
+    #[serde(rename = "Link Status")]
+    pub link_status: Js,
+    #[serde(rename = "NIC Names")]
+    pub nic_names: Js,
+}
+
+/// A virtual NIC in sysinfo (overlay networks).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct VirtualNic {
+    #[serde(rename = "Link Status")]
+    pub link_status: Js,
+    #[serde(rename = "Overlay Nic Tags")]
+    pub overlay_nic_tags: Js,
+}
+
+/// A VM already on a server (an entry of `server.vms`), or one added from a ticket.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct ServerVm {
+    pub uuid: Js,
+    pub owner_uuid: Js,
+    pub brand: Js,
+    pub state: Js,
+    /// Promised RAM (`max_physical_memory`), MiB.
+    #[serde(rename = "max_physical_memory")]
+    pub max_physical_memory_mib: Js,
+    /// Promised disk (`quota`), GiB.
+    #[serde(rename = "quota")]
+    pub quota_gib: Js,
+    /// CPU cap, percent of one core.
+    #[serde(rename = "cpu_cap")]
+    pub cpu_cap_pct: Js,
+    pub alias: Js,
+    pub tags: Js,
+    pub internal_metadata: Js,
+    pub docker: Js,
+    pub last_modified: Js,
+}
+
+/// The VM payload: what is to be allocated.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct VmPayload {
+    pub vm_uuid: Js,
+    pub uuid: Js,
+    pub owner_uuid: Js,
+    pub brand: Js,
+    /// RAM (`ram`), MiB.
+    #[serde(rename = "ram")]
+    pub ram_mib: Js,
+    /// Disk (`quota`), GiB.
+    #[serde(rename = "quota")]
+    pub quota_gib: Js,
+    /// CPU cap, percent of one core.
+    #[serde(rename = "cpu_cap")]
+    pub cpu_cap_pct: Js,
+    pub vcpus: Js,
+    pub traits: Js,
+    pub nic_tags: Js,
+    pub nic_tag_requirements: Js,
+    pub locality: Js,
+    pub affinity: Js,
+    pub internal_metadata: Js,
+    pub docker: Js,
+    pub volumes: Js,
+    pub flexible_disk_size: Js,
+    pub tags: Js,
+    /// `internal_metadata["docker:volumesfrom"]`, parsed from its JSON text by validation.
+    #[serde(skip)]
+    pub volumes_from: Option<Vec<Js>>,
+}
+
+/// An IMGAPI image manifest.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct Image {
+    #[serde(rename = "type")]
+    pub image_type: Js,
+    /// Root disk size of an HVM image (`image_size`), MiB.
+    #[serde(rename = "image_size")]
+    pub image_size_mib: Js,
+    pub traits: Js,
+    /// `{min_ram, max_ram, min_platform, max_platform}`.
+    pub requirements: Js,
+    /// `[{size (bytes), ...}]`.
+    pub files: Js,
+}
+
+/// A PAPI package.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct Package {
+    pub overprovision_cpu: Js,
+    pub overprovision_memory: Js,
+    pub overprovision_storage: Js,
+    pub overprovision_network: Js,
+    pub overprovision_io: Js,
+    // Internal ratio names, accepted as sent (the original never coerces these).
+    pub overprovision_ram: Js,
+    pub overprovision_disk: Js,
+    pub overprovision_net: Js,
+    pub alloc_server_spread: Js,
+    pub min_platform: Js,
+    pub max_platform: Js,
+    pub traits: Js,
+    /// CPU cap, percent of one core.
+    #[serde(rename = "cpu_cap")]
+    pub cpu_cap_pct: Js,
+    /// Disk (`quota`), MiB.
+    #[serde(rename = "quota")]
+    pub quota_mib: Js,
+    /// RAM (`max_physical_memory`), MiB.
+    #[serde(rename = "max_physical_memory")]
+    pub max_physical_memory_mib: Js,
+}
+
+/// A CNAPI waitlist ticket (an in-flight provision holds one).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default)]
+pub struct Ticket {
+    pub uuid: Js,
+    /// The VM uuid for `scope: vm` tickets.
+    pub id: Js,
+    pub server_uuid: Js,
+    pub scope: Js,
+    pub action: Js,
+    pub status: Js,
+    /// `{owner_uuid, max_physical_memory (MiB), cpu_cap, quota (GiB), brand, disks: [{size (MiB)}]}`.
+    pub extra: Js,
+}

@@ -1,0 +1,49 @@
+//! `hard-filter-headnode`: removes headnodes unless `filter_headnode` is set and false.
+
+use super::{retain, Kind, Plugin, PluginError};
+use crate::engine::{Reasons, Request, ServerId};
+
+pub struct HardFilterHeadnode;
+
+impl Plugin for HardFilterHeadnode {
+    fn name(&self) -> &'static str {
+        "hard-filter-headnode"
+    }
+    fn step(&self) -> &'static str {
+        "Servers which are not headnodes"
+    }
+    fn kind(&self) -> Kind {
+        Kind::HardFilter
+    }
+    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+        let flag = &req.defaults.filter_headnode;
+        if !flag.is_undefined() && !flag.truthy() {
+            reasons.skip("Do not filter out headnodes");
+            return Ok(servers.to_vec());
+        }
+        Ok(retain(servers, |id| !req.server(id).headnode.truthy()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, with, Fixture};
+    use serde_json::json;
+
+    #[test]
+    fn removes_headnodes() {
+        let servers = vec![with(server("a"), json!({"headnode": true})), server("b")];
+        let out = Fixture::new(servers).run(&HardFilterHeadnode);
+        assert_eq!(out.remaining, ["b"]);
+        assert!(out.reasons.is_empty());
+    }
+
+    #[test]
+    fn skips_when_disabled() {
+        let servers = vec![with(server("a"), json!({"headnode": true})), server("b")];
+        let out = Fixture::new(servers).defaults(json!({"filter_headnode": false})).run(&HardFilterHeadnode);
+        assert_eq!(out.remaining, ["a", "b"]);
+        assert_eq!(out.reason("skip"), Some("Do not filter out headnodes"));
+    }
+}

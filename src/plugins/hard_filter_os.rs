@@ -1,0 +1,62 @@
+//! `hard-filter-os`: LX VMs from `lxd` images need a Linux compute node; every other VM
+//! needs a SmartOS one (`sysinfo["System Type"]` other than `Linux`).
+
+use super::{Kind, Plugin, PluginError};
+use crate::engine::{Reasons, Request, ServerId};
+
+pub struct HardFilterOs;
+
+impl Plugin for HardFilterOs {
+    fn name(&self) -> &'static str {
+        "hard-filter-os"
+    }
+    fn step(&self) -> &'static str {
+        "Servers which have the required OS"
+    }
+    fn kind(&self) -> Kind {
+        Kind::HardFilter
+    }
+    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+        let linux_required =
+            req.vm.brand.as_str() == Some("lx") && req.image.image_type.as_str() == Some("lxd");
+        let mut kept = Vec::with_capacity(servers.len());
+        for &id in servers {
+            let linux = req.server(id).sysinfo().system_type.as_str() == Some("Linux");
+            match (linux_required, linux) {
+                (true, false) => reasons.set(req.key(id), "Server does not have \"linux\" OS"),
+                (false, true) => reasons.set(req.key(id), "Server does not have \"SunOS\" OS"),
+                _ => kept.push(id),
+            }
+        }
+        Ok(kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, Fixture};
+    use serde_json::json;
+
+    fn servers() -> Vec<serde_json::Value> {
+        let mut linux = server("linux");
+        linux["sysinfo"]["System Type"] = json!("Linux");
+        vec![linux, server("smartos")]
+    }
+
+    #[test]
+    fn lxd_images_need_linux() {
+        let f = Fixture::new(servers()).vm(json!({"brand": "lx"})).image(json!({"type": "lxd"}));
+        let out = f.run(&HardFilterOs);
+        assert_eq!(out.remaining, ["linux"]);
+        assert_eq!(out.reason("smartos"), Some("Server does not have \"linux\" OS"));
+    }
+
+    #[test]
+    fn everything_else_needs_smartos() {
+        let f = Fixture::new(servers()).vm(json!({"brand": "lx"})).image(json!({"type": "lx-dataset"}));
+        let out = f.run(&HardFilterOs);
+        assert_eq!(out.remaining, ["smartos"]);
+        assert_eq!(out.reason("linux"), Some("Server does not have \"SunOS\" OS"));
+    }
+}

@@ -1,0 +1,37 @@
+//! `hard-filter-reservoir`: keeps servers outside the reservoir (falsy `reservoir`).
+//! Production wraps it in `["or", "hard-filter-reservoir", "identity"]`, so reservoir
+//! servers are used only when nothing else is left.
+
+use super::{retain, Kind, Plugin, PluginError};
+use crate::engine::{Reasons, Request, ServerId};
+
+pub struct HardFilterReservoir;
+
+impl Plugin for HardFilterReservoir {
+    fn name(&self) -> &'static str {
+        "hard-filter-reservoir"
+    }
+    fn step(&self) -> &'static str {
+        "Servers which are not in the reservoir"
+    }
+    fn kind(&self) -> Kind {
+        Kind::HardFilter
+    }
+    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+        Ok(retain(servers, |id| !req.server(id).reservoir.truthy()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, with, Fixture};
+    use serde_json::json;
+
+    #[test]
+    fn removes_reservoir_servers_silently() {
+        let out = Fixture::new(vec![with(server("a"), json!({"reservoir": true})), server("b")]).run(&HardFilterReservoir);
+        assert_eq!(out.remaining, ["b"]);
+        assert!(out.reasons.is_empty());
+    }
+}

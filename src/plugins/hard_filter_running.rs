@@ -1,0 +1,52 @@
+//! `hard-filter-running`: keeps servers whose `status` is exactly `running`.
+
+use super::{Kind, Plugin, PluginError};
+use crate::engine::{Reasons, Request, ServerId};
+
+pub struct HardFilterRunning;
+
+impl Plugin for HardFilterRunning {
+    fn name(&self) -> &'static str {
+        "hard-filter-running"
+    }
+    fn step(&self) -> &'static str {
+        "Servers which are currently running"
+    }
+    fn kind(&self) -> Kind {
+        Kind::HardFilter
+    }
+    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+        let mut kept = Vec::with_capacity(servers.len());
+        for &id in servers {
+            let status = &req.server(id).status;
+            if status.as_str() == Some("running") {
+                kept.push(id);
+            } else {
+                reasons.set(req.key(id), format!("Server has status: {}", status.to_js_string()));
+            }
+        }
+        Ok(kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, with, Fixture};
+    use serde_json::json;
+
+    #[test]
+    fn removes_servers_not_running_and_says_their_status() {
+        let out = Fixture::new(vec![
+            server("a"),
+            with(server("b"), json!({"status": "unknown"})),
+            with(server("c"), json!({"status": null})),
+        ])
+        .run(&HardFilterRunning);
+        assert_eq!(out.remaining, ["a"]);
+        assert_eq!(
+            out.reason_list(),
+            [("b".into(), "Server has status: unknown".into()), ("c".into(), "Server has status: undefined".into())]
+        );
+    }
+}

@@ -1,0 +1,36 @@
+//! `load-server-vms`: in Triton this loaded each server's VMs from VMAPI. dapi's callers send
+//! the VMs inline in `servers[].vms`, so it passes everything on and says so.
+
+use super::{Kind, Plugin, PluginError};
+use crate::engine::{Reasons, Request, ServerId};
+
+pub struct LoadServerVms;
+
+impl Plugin for LoadServerVms {
+    fn name(&self) -> &'static str {
+        "load-server-vms"
+    }
+    fn step(&self) -> &'static str {
+        "Load info about all VMs for each server"
+    }
+    fn kind(&self) -> Kind {
+        Kind::Transform
+    }
+    fn run(&self, _req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+        reasons.skip("getServerVms not set; assuming server.vms is already populated");
+        Ok(servers.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, Fixture};
+
+    #[test]
+    fn vms_are_already_inline() {
+        let out = Fixture::new(vec![server("a")]).run(&LoadServerVms);
+        assert_eq!(out.remaining, ["a"]);
+        assert_eq!(out.reason("skip"), Some("getServerVms not set; assuming server.vms is already populated"));
+    }
+}

@@ -1,0 +1,9 @@
+//! Logic shared by several plugins, written once.
+
+pub mod affinity;
+pub mod locality;
+pub mod owner_filter;
+pub mod platform;
+pub mod scoring;
+pub mod unreserved;
+pub mod vm_index;
