@@ -194,10 +194,7 @@ impl Js {
             Js::Str(s) => Value::String(s.to_string()),
             Js::Arr(a) => Value::Array(a.iter().map(Js::to_json).collect()),
             Js::Obj(o) => Value::Object(
-                o.iter()
-                    .filter(|(_, v)| !v.is_undefined())
-                    .map(|(k, v)| (k.to_string(), v.to_json()))
-                    .collect(),
+                o.iter().filter(|(_, v)| !v.is_undefined()).map(|(k, v)| (k.to_string(), v.to_json())).collect(),
             ),
         }
     }
@@ -273,9 +270,7 @@ pub fn string_to_number(s: &str) -> f64 {
         _ => {}
     }
     // Rust's parser also accepts "inf", "nan" and the like, which JS does not.
-    let ok = t
-        .chars()
-        .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'));
+    let ok = t.chars().all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-'));
     if !ok {
         return f64::NAN;
     }
@@ -490,7 +485,6 @@ impl serde::Serialize for Js {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {

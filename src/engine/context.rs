@@ -142,9 +142,7 @@ impl<'r> Request<'r> {
 
     /// The server's VMs: those sent inline, then those added from tickets.
     pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm)> {
-        self.servers[id]
-            .inline_vms()
-            .chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
+        self.servers[id].inline_vms().chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
     }
 
     /// `server.vms[uuid]`, looking at inline and ticketed VMs.

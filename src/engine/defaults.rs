@@ -100,8 +100,10 @@ mod tests {
 
     #[test]
     fn gaps_take_cnapi_values_and_null_stays_null() {
-        let d = Defaults::from_json(&serde_json::json!({"weight_unreserved_ram": "-1", "filter_flexible_disk_min_platform": null}))
-            .expect("valid defaults");
+        let d = Defaults::from_json(
+            &serde_json::json!({"weight_unreserved_ram": "-1", "filter_flexible_disk_min_platform": null}),
+        )
+        .expect("valid defaults");
         assert_eq!(d.weight_unreserved_ram, Js::str("-1"));
         assert_eq!(d.weight_next_reboot, Js::Num(0.5));
         assert_eq!(d.filter_flexible_disk_min_platform, Js::Null);

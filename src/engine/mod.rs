@@ -121,10 +121,7 @@ impl Engine {
         for step in &steps {
             reasons.extend(&step.reasons);
         }
-        let servers = survivors
-            .into_iter()
-            .filter_map(|id| req.state[id].unreserved.map(|u| (id, u)))
-            .collect();
+        let servers = survivors.into_iter().filter_map(|id| req.state[id].unreserved.map(|u| (id, u))).collect();
         Ok(Capacity { servers, reasons })
     }
 }
@@ -150,9 +147,7 @@ pub struct AllocateAnswer<'a> {
 
 impl Allocation {
     pub fn answer<'a>(&'a self, raw_servers: &[&RawValue], servers: &'a [Server]) -> AllocateAnswer<'a> {
-        let server = self
-            .chosen
-            .map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
+        let server = self.chosen.map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
         AllocateAnswer { server, steps: StepsView { servers, received: servers.len(), steps: &self.steps } }
     }
 }

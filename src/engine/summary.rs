@@ -87,7 +87,12 @@ pub struct StepsView<'a> {
 impl Serialize for StepsView<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(self.steps.len() + 1))?;
-        seq.serialize_element(&StepView { servers: self.servers, name: "Received by DAPI", ids: Ids::All(self.received), reasons: None })?;
+        seq.serialize_element(&StepView {
+            servers: self.servers,
+            name: "Received by DAPI",
+            ids: Ids::All(self.received),
+            reasons: None,
+        })?;
         for step in self.steps {
             let reasons = (!step.reasons.is_empty()).then_some(&step.reasons);
             seq.serialize_element(&StepView {

@@ -67,10 +67,7 @@ impl Server {
 
     /// The VMs sent inline; a missing, null or array `vms` reads as no VMs.
     pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm)> {
-        self.vms
-            .as_obj()
-            .into_iter()
-            .flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
+        self.vms.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
     }
 }
 

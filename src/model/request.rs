@@ -77,7 +77,8 @@ impl ParamType {
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
 
 fn top_level(body: &[u8]) -> Result<TopLevel<'_>, BodyError> {
-    serde_json::from_slice::<TopLevel>(body).map_err(|e| BodyError::Malformed(format!("body is not a JSON object: {e}")))
+    serde_json::from_slice::<TopLevel>(body)
+        .map_err(|e| BodyError::Malformed(format!("body is not a JSON object: {e}")))
 }
 
 fn not_object(field: &str, t: ParamType) -> FieldError {

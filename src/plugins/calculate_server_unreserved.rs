@@ -15,7 +15,12 @@ impl Plugin for CalculateServerUnreserved {
     fn kind(&self) -> Kind {
         Kind::Transform
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("calculate-server-unreserved is not implemented yet".into()))
     }
 }

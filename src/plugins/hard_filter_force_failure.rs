@@ -16,7 +16,12 @@ impl Plugin for HardFilterForceFailure {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         if !req.vm.internal_metadata.get("force_designation_failure").truthy() {
             return Ok(servers.to_vec());
         }

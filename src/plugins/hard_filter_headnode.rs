@@ -15,7 +15,12 @@ impl Plugin for HardFilterHeadnode {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let flag = &req.defaults.filter_headnode;
         if !flag.is_undefined() && !flag.truthy() {
             reasons.skip("Do not filter out headnodes");

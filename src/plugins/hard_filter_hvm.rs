@@ -15,7 +15,12 @@ impl Plugin for HardFilterHvm {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("hard-filter-hvm is not implemented yet".into()))
     }
 }

@@ -16,9 +16,13 @@ impl Plugin for HardFilterOs {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
-        let linux_required =
-            req.vm.brand.as_str() == Some("lx") && req.image.image_type.as_str() == Some("lxd");
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
+        let linux_required = req.vm.brand.as_str() == Some("lx") && req.image.image_type.as_str() == Some("lxd");
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
             let linux = req.server(id).sysinfo().system_type.as_str() == Some("Linux");

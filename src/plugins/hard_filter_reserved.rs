@@ -15,7 +15,12 @@ impl Plugin for HardFilterReserved {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Ok(retain(servers, |id| !req.server(id).reserved.truthy()))
     }
 }
@@ -28,7 +33,8 @@ mod tests {
 
     #[test]
     fn removes_reserved_servers_silently() {
-        let out = Fixture::new(vec![with(server("a"), json!({"reserved": true})), server("b")]).run(&HardFilterReserved);
+        let out =
+            Fixture::new(vec![with(server("a"), json!({"reserved": true})), server("b")]).run(&HardFilterReserved);
         assert_eq!(out.remaining, ["b"]);
         assert!(out.reasons.is_empty());
     }

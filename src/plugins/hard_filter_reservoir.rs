@@ -17,7 +17,12 @@ impl Plugin for HardFilterReservoir {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Ok(retain(servers, |id| !req.server(id).reservoir.truthy()))
     }
 }
@@ -30,7 +35,8 @@ mod tests {
 
     #[test]
     fn removes_reservoir_servers_silently() {
-        let out = Fixture::new(vec![with(server("a"), json!({"reservoir": true})), server("b")]).run(&HardFilterReservoir);
+        let out =
+            Fixture::new(vec![with(server("a"), json!({"reservoir": true})), server("b")]).run(&HardFilterReservoir);
         assert_eq!(out.remaining, ["b"]);
         assert!(out.reasons.is_empty());
     }

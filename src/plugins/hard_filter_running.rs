@@ -15,7 +15,12 @@ impl Plugin for HardFilterRunning {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
             let status = &req.server(id).status;

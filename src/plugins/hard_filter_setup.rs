@@ -15,7 +15,12 @@ impl Plugin for HardFilterSetup {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Ok(retain(servers, |id| req.server(id).setup.truthy()))
     }
 }

@@ -17,7 +17,12 @@ impl Plugin for HardFilterVirtualServers {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let vm = req.vm;
         let active = vm.docker.truthy() || vm.tags.get("triton.placement.exclude_virtual_servers").truthy();
         if !active {

@@ -15,7 +15,12 @@ impl Plugin for HardFilterVmCount {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("hard-filter-vm-count is not implemented yet".into()))
     }
 }

@@ -17,7 +17,12 @@ impl Plugin for HardFilterZpoolEncryption {
     fn kind(&self) -> Kind {
         Kind::HardFilter
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let wanted = req.vm.internal_metadata.get("encrypted").truthy();
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
@@ -49,7 +54,9 @@ mod tests {
 
     #[test]
     fn encryption_requested() {
-        let out = Fixture::new(servers()).vm(json!({"internal_metadata": {"encrypted": true}})).run(&HardFilterZpoolEncryption);
+        let out = Fixture::new(servers())
+            .vm(json!({"internal_metadata": {"encrypted": true}}))
+            .run(&HardFilterZpoolEncryption);
         assert_eq!(out.remaining, ["enc", "text"]);
         assert_eq!(out.reason("plain"), Some("Server is not Zpool Encrypted"));
     }

@@ -15,7 +15,12 @@ impl Plugin for Identity {
     fn kind(&self) -> Kind {
         Kind::Transform
     }
-    fn run(&self, _req: &mut Request<'_>, servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Ok(servers.to_vec())
     }
 }

@@ -16,7 +16,12 @@ impl Plugin for LoadServerVms {
     fn kind(&self) -> Kind {
         Kind::Transform
     }
-    fn run(&self, _req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         reasons.skip("getServerVms not set; assuming server.vms is already populated");
         Ok(servers.to_vec())
     }

@@ -81,7 +81,12 @@ pub trait Plugin: Sync + Send {
     fn step(&self) -> &'static str;
     fn kind(&self) -> Kind;
     /// Runs on `servers` (in order) and returns the servers passed on, in order.
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError>;
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError>;
 }
 
 /// Every plugin, once.

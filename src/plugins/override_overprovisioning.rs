@@ -18,7 +18,12 @@ impl Plugin for OverrideOverprovisioning {
     fn kind(&self) -> Kind {
         Kind::Transform
     }
-    fn run(&self, req: &mut Request<'_>, servers: &[ServerId], reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let d = req.defaults;
         if d.disable_override_overprovisioning.truthy() {
             reasons.skip("Do not override overprovisioning numbers");
@@ -33,8 +38,11 @@ impl Plugin for OverrideOverprovisioning {
                 n
             }
         };
-        let (cpu, ram, disk) =
-            (or(&d.overprovision_ratio_cpu, 4.0), or(&d.overprovision_ratio_ram, 1.0), or(&d.overprovision_ratio_disk, 1.0));
+        let (cpu, ram, disk) = (
+            or(&d.overprovision_ratio_cpu, 4.0),
+            or(&d.overprovision_ratio_ram, 1.0),
+            or(&d.overprovision_ratio_disk, 1.0),
+        );
         let ratios: JsObject =
             [("cpu", cpu), ("ram", ram), ("disk", disk)].into_iter().map(|(k, v)| (k.into(), Js::Num(v))).collect();
         let ratios = Js::Obj(ratios);

@@ -15,7 +15,12 @@ impl Plugin for ScoreCurrentPlatform {
     fn kind(&self) -> Kind {
         Kind::Scorer
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("score-current-platform is not implemented yet".into()))
     }
 }

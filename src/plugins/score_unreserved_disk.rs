@@ -15,7 +15,12 @@ impl Plugin for ScoreUnreservedDisk {
     fn kind(&self) -> Kind {
         Kind::Scorer
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("score-unreserved-disk is not implemented yet".into()))
     }
 }

@@ -15,7 +15,12 @@ impl Plugin for SoftFilterLocalityHints {
     fn kind(&self) -> Kind {
         Kind::SoftFilter
     }
-    fn run(&self, _req: &mut Request<'_>, _servers: &[ServerId], _reasons: &mut Reasons) -> Result<Vec<ServerId>, PluginError> {
+    fn run(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         Err(PluginError("soft-filter-locality-hints is not implemented yet".into()))
     }
 }

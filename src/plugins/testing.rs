@@ -102,7 +102,9 @@ impl Fixture {
     pub fn new(servers: Vec<Value>) -> Fixture {
         Fixture {
             servers: servers.into_iter().map(from).collect(),
-            vm: from(json!({"vm_uuid": "00000000-0000-0000-0000-0000000000aa", "owner_uuid": "00000000-0000-0000-0000-0000000000bb", "brand": "joyent", "ram": 1024})),
+            vm: from(
+                json!({"vm_uuid": "00000000-0000-0000-0000-0000000000aa", "owner_uuid": "00000000-0000-0000-0000-0000000000bb", "brand": "joyent", "ram": 1024}),
+            ),
             image: Image::default(),
             package: None,
             tickets: Vec::new(),
@@ -177,10 +179,5 @@ pub fn run_on(req: &mut Request<'_>, plugin: &dyn Plugin) -> Outcome {
         Ok(ids) => ids,
         Err(e) => panic!("{} failed: {e}", plugin.name()),
     };
-    Outcome {
-        remaining: ids.iter().map(|&id| req.key(id)).collect(),
-        ids,
-        reasons,
-        state: req.state.clone(),
-    }
+    Outcome { remaining: ids.iter().map(|&id| req.key(id)).collect(), ids, reasons, state: req.state.clone() }
 }
