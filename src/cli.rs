@@ -2,6 +2,8 @@
 //!
 //! * `dapi allocate [--config FILE] REQUEST.json` prints what `POST /allocate` answers.
 //! * `dapi capacity [--config FILE] SERVERS.json` prints what `POST /capacity` answers.
+//! * `dapi serve [--config FILE]` runs the HTTP service.
+//! * `dapi openapi` prints the service's OpenAPI document.
 //!
 //! Exit status: 0 when an answer was printed (whether or not a server was chosen), 2 for
 //! invalid input or config, 1 for an internal error.
@@ -9,13 +11,15 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::config;
+use crate::config::ServiceConfig;
 use crate::engine::Engine;
 use crate::model::{parse_allocate_body, parse_capacity_body, BodyError};
 use crate::validate::validate_allocate;
 
-const USAGE: &str = "usage: dapi allocate [--config FILE] REQUEST.json
-       dapi capacity [--config FILE] SERVERS.json";
+const USAGE: &str = "usage: dapi serve [--config FILE]
+       dapi allocate [--config FILE] REQUEST.json
+       dapi capacity [--config FILE] SERVERS.json
+       dapi openapi";
 
 /// Why the command failed, and with which exit status.
 enum Failure {
@@ -28,6 +32,11 @@ pub fn main(args: &[String]) -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("allocate") => run(&args[1..], allocate),
         Some("capacity") => run(&args[1..], capacity),
+        Some("serve") => serve(&args[1..]),
+        Some("openapi") => {
+            print!("{}", crate::http::openapi::document());
+            Ok(())
+        }
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
@@ -63,12 +72,9 @@ fn run(args: &[String], command: Command) -> Result<(), Failure> {
         }
     }
     let input = input.ok_or_else(|| Failure::Usage(USAGE.into()))?;
-    let engine_config = match config_path {
-        Some(path) => config::read_engine_config(path),
-        None => config::default_engine_config(),
-    }
-    .map_err(Failure::Invalid)?;
-    let engine = Engine::from_config(&engine_config).map_err(Failure::Invalid)?;
+    let engine = ServiceConfig::from_process(config_path.map(String::as_str))
+        .and_then(|c| c.engine())
+        .map_err(Failure::Invalid)?;
     let body = std::fs::read(input).map_err(|e| Failure::Invalid(format!("cannot read {input}: {e}")))?;
     let out = command(&engine, &body)?;
     let mut stdout = std::io::stdout().lock();
@@ -96,4 +102,32 @@ fn capacity(engine: &Engine, body: &[u8]) -> Result<String, Failure> {
     let (_, servers) = parse_capacity_body(body).map_err(body_error)?;
     let capacity = engine.capacity(&servers).map_err(|e| Failure::Internal(e.to_string()))?;
     serde_json::to_string(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
+}
+
+fn serve(args: &[String]) -> Result<(), Failure> {
+    let config_path = match args {
+        [] => None,
+        [flag, path] if flag == "--config" => Some(path.as_str()),
+        _ => return Err(Failure::Usage(USAGE.into())),
+    };
+    let config = ServiceConfig::from_process(config_path).map_err(Failure::Invalid)?;
+    crate::http::logging::init(&config.log_level);
+    let file = config_path.map(std::path::PathBuf::from).or_else(|| std::env::var_os("DAPI_CONFIG").map(Into::into));
+    let listen = config.listen.clone();
+    let digest = config.digest();
+    let app = crate::http::AppState::new(config, file).map_err(Failure::Invalid)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::Internal(format!("cannot start the runtime: {e}")))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&listen)
+            .await
+            .map_err(|e| Failure::Invalid(format!("cannot listen on {listen}: {e}")))?;
+        let addr = listener.local_addr().map_or(listen.clone(), |a| a.to_string());
+        tracing::info!(addr = %addr, config = %digest, version = env!("CARGO_PKG_VERSION"), "dapi listening");
+        crate::http::serve(listener, std::sync::Arc::new(app))
+            .await
+            .map_err(|e| Failure::Internal(format!("server failed: {e}")))
+    })
 }

@@ -1,17 +1,214 @@
-//! Configuration files: the allocation description and the defaults.
+//! Service configuration: the allocation description, the defaults, and the service's own
+//! settings (listen address, log level, limits).
+//!
+//! Layers, later ones winning key by key: the embedded `config/default.json` (CNAPI's
+//! production chain and defaults), then the file named by `--config` or `DAPI_CONFIG`, then
+//! environment variables prefixed `DAPI_`, with `__` between nested keys:
+//! `DAPI_LISTEN=0.0.0.0:8080`, `DAPI_LOG_LEVEL=debug`, `DAPI_LIMITS__MAX_SERVERS=20000`,
+//! `DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM=0`. Environment values are read as booleans or
+//! numbers when they look like one.
 
+use std::path::Path;
+
+use serde::Deserialize;
 use serde_json::Value;
+
+use crate::engine::Engine;
 
 /// The built-in configuration: CNAPI's production chain and defaults.
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.json");
 
-/// Reads an engine config file (`{"allocationDescription": [...], "defaults": {...}}`).
-pub fn read_engine_config(path: &str) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read config {path}: {e}"))?;
-    serde_json::from_str(&text).map_err(|e| format!("config {path} is not valid JSON: {e}"))
+/// Everything the service reads at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// The plugin chain, a `["pipe", ...]` expression.
+    #[serde(rename = "allocationDescription", alias = "allocationdescription")]
+    pub allocation_description: Value,
+    /// Allocator defaults (`filter_*`, `weight_*`, ...); CNAPI's fill the gaps.
+    #[serde(default)]
+    pub defaults: Value,
+    /// Address to listen on (loopback unless told otherwise).
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// `error`, `warn`, `info`, `debug` or `trace`.
+    #[serde(default = "default_log_level")]
+    pub log_level: String,
+    #[serde(default)]
+    pub limits: Limits,
 }
 
-/// The embedded default config.
-pub fn default_engine_config() -> Result<Value, String> {
-    serde_json::from_str(DEFAULT_CONFIG).map_err(|e| format!("built-in config is not valid JSON: {e}"))
+/// Bounds on the work one request may ask for.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body; the default fits 10,000 servers with 30 VMs each.
+    pub max_body_bytes: usize,
+    /// Most servers in one request.
+    pub max_servers: usize,
+    /// Most VMs on one server of a request.
+    pub max_vms_per_server: usize,
+    /// Allocations running at once; beyond it requests are refused with 503.
+    pub max_concurrent_allocations: usize,
+    /// Longest an allocation may take before the request fails with 503.
+    pub request_timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Limits {
+            max_body_bytes: 256 * 1024 * 1024,
+            max_servers: 20_000,
+            max_vms_per_server: 10_000,
+            max_concurrent_allocations: cores.max(2) * 2,
+            request_timeout_ms: 30_000,
+        }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+fn default_log_level() -> String {
+    "info".into()
+}
+
+impl ServiceConfig {
+    /// Loads the layers; `env` is the process environment (passed in for tests).
+    pub fn load(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<ServiceConfig, String> {
+        use config::{Config, Environment, File, FileFormat};
+        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Json));
+        if let Some(path) = file {
+            if !path.is_file() {
+                return Err(format!("config file {} does not exist", path.display()));
+            }
+            builder = builder.add_source(File::from(path).format(FileFormat::Json));
+        }
+        let vars: config::Map<String, String> =
+            env.into_iter().filter(|(k, _)| k.starts_with("DAPI_") && k != "DAPI_CONFIG").collect();
+        builder = builder.add_source(
+            Environment::with_prefix("DAPI").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars)),
+        );
+        let merged = builder.build().map_err(|e| format!("config: {e}"))?;
+        let config: ServiceConfig = merged.try_deserialize().map_err(|e| format!("config: {e}"))?;
+        config.check()?;
+        Ok(config)
+    }
+
+    /// Loads the file named by `--config` (or `DAPI_CONFIG`) over the built-in one.
+    pub fn from_process(file: Option<&str>) -> Result<ServiceConfig, String> {
+        let env: Vec<(String, String)> = std::env::vars().collect();
+        let from_env = env.iter().find(|(k, _)| k == "DAPI_CONFIG").map(|(_, v)| v.clone());
+        let file = file.map(str::to_string).or(from_env);
+        ServiceConfig::load(file.as_deref().map(Path::new), env)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!("config: listen must be an address such as 127.0.0.1:8080, not {:?}", self.listen));
+        }
+        if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug" | "trace") {
+            return Err(format!("config: log_level must be error, warn, info, debug or trace, not {:?}", self.log_level));
+        }
+        let l = &self.limits;
+        for (name, value) in [
+            ("max_body_bytes", l.max_body_bytes),
+            ("max_servers", l.max_servers),
+            ("max_vms_per_server", l.max_vms_per_server),
+            ("max_concurrent_allocations", l.max_concurrent_allocations),
+        ] {
+            if value == 0 {
+                return Err(format!("config: limits.{name} must be at least 1"));
+            }
+        }
+        if l.request_timeout_ms == 0 {
+            return Err("config: limits.request_timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The allocation engine this config describes.
+    pub fn engine(&self) -> Result<Engine, String> {
+        let defaults = if self.defaults.is_null() { Value::Object(Default::default()) } else { self.defaults.clone() };
+        let engine_config = serde_json::json!({
+            "allocationDescription": self.allocation_description,
+            "defaults": defaults,
+        });
+        Engine::from_config(&engine_config)
+    }
+
+    /// A short hash of the engine configuration, to tell which one a running service has.
+    pub fn digest(&self) -> String {
+        let text = serde_json::json!([self.allocation_description, self.defaults]).to_string();
+        // FNV-1a: stable across runs and builds, unlike the std hasher.
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        format!("{hash:016x}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+        vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn built_in_config_is_cnapis_production_chain() {
+        let c = ServiceConfig::load(None, env(&[])).expect("default config");
+        assert_eq!(c.listen, "127.0.0.1:8080");
+        assert_eq!(c.allocation_description[1], "hard-filter-setup");
+        assert_eq!(c.defaults["weight_uniform_random"], 0.5);
+        c.engine().expect("default engine");
+    }
+
+    #[test]
+    fn environment_overrides_nested_keys() {
+        let c = ServiceConfig::load(
+            None,
+            env(&[
+                ("DAPI_LISTEN", "127.0.0.1:9999"),
+                ("DAPI_LIMITS__MAX_SERVERS", "12"),
+                ("DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM", "0"),
+                ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
+                ("OTHER", "x"),
+            ]),
+        )
+        .expect("config");
+        assert_eq!(c.listen, "127.0.0.1:9999");
+        assert_eq!(c.limits.max_servers, 12);
+        assert_eq!(c.defaults["weight_uniform_random"], 0);
+        assert_eq!(c.defaults["filter_headnode"], false);
+        c.engine().expect("engine");
+    }
+
+    #[test]
+    fn bad_values_name_the_key() {
+        let err = ServiceConfig::load(None, env(&[("DAPI_DEFAULTS__FILTER_HEADNODE", "yes")]))
+            .expect("loads")
+            .engine()
+            .expect_err("invalid default");
+        assert_eq!(err, "Defaults filter_headnode is not boolean");
+        let err = ServiceConfig::load(None, env(&[("DAPI_LIMITS__MAX_SERVER", "1")])).expect_err("typo");
+        assert!(err.contains("max_server"), "{err}");
+        let err = ServiceConfig::load(None, env(&[("DAPI_LISTEN", "nowhere")])).expect_err("bad address");
+        assert!(err.contains("listen"), "{err}");
+    }
+
+    #[test]
+    fn a_file_replaces_the_chain_and_merges_defaults() {
+        let dir = std::env::temp_dir().join(format!("dapi-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let path = dir.join("c.json");
+        std::fs::write(&path, r#"{"allocationDescription": ["pipe", "identity"], "defaults": {"filter_vm_limit": "10"}}"#)
+            .expect("write");
+        let c = ServiceConfig::load(Some(&path), env(&[])).expect("config");
+        assert_eq!(c.allocation_description, serde_json::json!(["pipe", "identity"]));
+        assert_eq!(c.defaults["filter_vm_limit"], "10");
+        assert_eq!(c.defaults["weight_unreserved_ram"], 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

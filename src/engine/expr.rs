@@ -47,8 +47,16 @@ impl Expr {
         match self {
             Expr::Plugin(plugin) => {
                 let mut reasons = Reasons::default();
+                let started = std::time::Instant::now();
                 let output = plugin.run(req, &input, &mut reasons)?;
-                steps.push(Step { name: plugin.step(), remaining: output.clone(), reasons });
+                steps.push(Step {
+                    plugin: plugin.name(),
+                    name: plugin.step(),
+                    remaining: output.clone(),
+                    reasons,
+                    received: input.len(),
+                    elapsed: started.elapsed(),
+                });
                 Ok(output)
             }
             Expr::Pipe(items) => {

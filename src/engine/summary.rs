@@ -71,9 +71,15 @@ impl Serialize for Reasons {
 /// One plugin run.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// The plugin's lookup name (for metrics).
+    pub plugin: &'static str,
+    /// The step name reported to callers.
     pub name: &'static str,
     pub remaining: Vec<ServerId>,
     pub reasons: Reasons,
+    /// How many servers the plugin was given.
+    pub received: usize,
+    pub elapsed: std::time::Duration,
 }
 
 /// The step summary as `POST /allocate` answers it: `Received by DAPI` first, then one

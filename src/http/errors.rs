@@ -1,0 +1,97 @@
+//! Error answers: every failure is a JSON `{code, message}` body with a fitting status.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use crate::validate::FieldError;
+
+/// A failed request, ready to answer.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 400: the body is not JSON of the expected shape.
+    Malformed(String),
+    /// 413: the body is larger than `limits.max_body_bytes`.
+    TooLarge(usize),
+    /// 415: a content type other than JSON.
+    UnsupportedMediaType(String),
+    /// 422: parameters that fail validation, each named.
+    InvalidParameters(Vec<FieldError>),
+    /// 503: too many allocations at once, or one ran out of time.
+    Unavailable(String),
+    /// 500: our fault.
+    Internal(String),
+    /// 404
+    NotFound(String),
+    /// 405
+    MethodNotAllowed(String),
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    code: &'a str,
+    message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<&'a [FieldError]>,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Malformed(_) => StatusCode::BAD_REQUEST,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::InvalidParameters(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::Malformed(_) => "InvalidJson",
+            ApiError::TooLarge(_) => "PayloadTooLarge",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::InvalidParameters(_) => "InvalidParameters",
+            ApiError::Unavailable(_) => "ServiceUnavailable",
+            ApiError::Internal(_) => "InternalError",
+            ApiError::NotFound(_) => "ResourceNotFound",
+            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::TooLarge(limit) => format!("request body is larger than the limit of {limit} bytes"),
+            ApiError::InvalidParameters(_) => "Request parameters failed validation".into(),
+            ApiError::Malformed(m)
+            | ApiError::UnsupportedMediaType(m)
+            | ApiError::Unavailable(m)
+            | ApiError::Internal(m)
+            | ApiError::NotFound(m)
+            | ApiError::MethodNotAllowed(m) => m.clone(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = self.message();
+        let errors = match &self {
+            ApiError::InvalidParameters(errors) => Some(errors.as_slice()),
+            _ => None,
+        };
+        let body = serde_json::to_vec(&ErrorBody { code: self.code(), message: &message, errors })
+            .unwrap_or_else(|_| br#"{"code":"InternalError","message":"error body"}"#.to_vec());
+        let mut response = (self.status(), body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if matches!(self, ApiError::Unavailable(_)) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response.extensions_mut().insert(super::Outcome::Failed(format!("{}: {message}", self.code())));
+        response
+    }
+}

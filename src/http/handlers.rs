@@ -1,0 +1,280 @@
+//! The endpoints. Each parses, validates, hands CPU work to the blocking pool under the
+//! concurrency limit, and maps the engine's result to a status code.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use super::errors::ApiError;
+use super::{AppState, Outcome};
+use crate::engine::{Allocation, Engine, Step, StepsView};
+use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
+use crate::validate::{validate_allocate, FieldError};
+
+fn json_response(status: StatusCode, body: Vec<u8>, outcome: Outcome) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.extensions_mut().insert(outcome);
+    response
+}
+
+/// The body bytes of a JSON request, or the 4xx that says why not.
+fn json_body(app: &AppState, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("");
+        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        if mime != "application/json" && !mime.ends_with("+json") {
+            return Err(ApiError::UnsupportedMediaType(format!("content type must be application/json, not {ct:?}")));
+        }
+    }
+    match body {
+        Ok(bytes) => Ok(bytes),
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            Err(ApiError::TooLarge(app.limits().max_body_bytes))
+        }
+        Err(e) => Err(ApiError::Malformed(format!("cannot read the request body: {e}"))),
+    }
+}
+
+fn body_error(e: BodyError) -> ApiError {
+    match e {
+        BodyError::Malformed(m) => ApiError::Malformed(m),
+        BodyError::Invalid(errors) => ApiError::InvalidParameters(errors),
+    }
+}
+
+/// Refuses requests that ask for more work than the limits allow.
+fn check_size(app: &AppState, servers: &[Server]) -> Result<(), ApiError> {
+    let limits = app.limits();
+    if servers.len() > limits.max_servers {
+        return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
+            "servers",
+            format!("{} servers given; the limit is {}", servers.len(), limits.max_servers),
+        )]));
+    }
+    for (i, s) in servers.iter().enumerate() {
+        let n = s.vms.as_obj().map_or(0, |m| m.len());
+        if n > limits.max_vms_per_server {
+            return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
+                format!("servers[{i}].vms"),
+                format!("{n} VMs given; the limit is {}", limits.max_vms_per_server),
+            )]));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `work` on the blocking pool if a concurrency permit is free, within the timeout.
+async fn run_limited<T: Send + 'static>(
+    app: &Arc<AppState>,
+    work: impl FnOnce(Arc<Engine>) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = app
+        .permits
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Unavailable("too many allocations in progress; retry shortly".into()))?;
+    let engine = app.engine();
+    let timeout = Duration::from_millis(app.limits().request_timeout_ms);
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        work(engine)
+    });
+    match tokio::time::timeout(timeout, task).await {
+        Err(_) => Err(ApiError::Unavailable(format!("allocation took longer than {} ms", timeout.as_millis()))),
+        Ok(Err(join)) => Err(ApiError::Internal(format!("allocation failed unexpectedly: {join}"))),
+        Ok(Ok(result)) => result,
+    }
+}
+
+#[derive(Serialize)]
+struct NoServers<'a> {
+    code: &'static str,
+    message: String,
+    steps: StepsView<'a>,
+}
+
+/// CNAPI's 409 reason: the last step's `*` reason, else its name with the first letter
+/// lower-cased and `no ` before a leading `servers `.
+pub fn failure_reason(steps: &[Step]) -> String {
+    let (name, star) = match steps.last() {
+        Some(step) => (step.name, step.reasons.get("*").filter(|r| !r.is_empty())),
+        None => ("Received by DAPI", None),
+    };
+    if let Some(star) = star {
+        return star.to_string();
+    }
+    let mut chars = name.chars();
+    let lowered: String = chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default();
+    if lowered.starts_with("servers ") {
+        format!("no {lowered}")
+    } else {
+        lowered
+    }
+}
+
+fn answer_allocation(body: &AllocateBody<'_>, allocation: &Allocation) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
+    let servers = body.servers.len();
+    let to_bytes = |v: &dyn erased::Ser| v.to_vec().map_err(|e| ApiError::Internal(e.to_string()));
+    match allocation.chosen {
+        Some(id) => {
+            let answer = allocation.answer(&body.raw_servers, &body.servers);
+            let uuid = body.servers[id].reason_key();
+            Ok((StatusCode::OK, to_bytes(&answer)?, Outcome::Allocated { servers, uuid }))
+        }
+        None => {
+            let reason = failure_reason(&allocation.steps);
+            let no_servers = NoServers {
+                code: "NoAllocatableServersError",
+                message: format!("No compute resources available: {reason}"),
+                steps: StepsView { servers: &body.servers, received: servers, steps: &allocation.steps },
+            };
+            Ok((StatusCode::CONFLICT, to_bytes(&no_servers)?, Outcome::NoServer { servers, reason }))
+        }
+    }
+}
+
+/// Serialising through a trait object keeps `answer_allocation` free of generics.
+mod erased {
+    pub trait Ser {
+        fn to_vec(&self) -> serde_json::Result<Vec<u8>>;
+    }
+    impl<T: serde::Serialize> Ser for T {
+        fn to_vec(&self) -> serde_json::Result<Vec<u8>> {
+            serde_json::to_vec(self)
+        }
+    }
+}
+
+/// Choose a server for a new VM.
+#[utoipa::path(
+    post,
+    path = "/allocate",
+    request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "A server was chosen", body = super::openapi::AllocateResponse),
+        (status = 409, description = "No server fits", body = super::openapi::NoServersResponse),
+        (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
+        (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
+        (status = 500, description = "Internal error", body = super::openapi::ErrorResponse)
+    )
+)]
+pub async fn allocate(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = json_body(&app, &headers, body)?;
+    let app2 = app.clone();
+    let (status, out, outcome) = run_limited(&app, move |engine| {
+        let mut request = parse_allocate_body(&bytes).map_err(body_error)?;
+        check_size(&app2, &request.servers)?;
+        validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
+        let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+        app2.metrics.record_steps(&allocation.steps);
+        answer_allocation(&request, &allocation)
+    })
+    .await?;
+    Ok(json_response(status, out, outcome))
+}
+
+/// Spare CPU, RAM and disk of each server.
+#[utoipa::path(
+    post,
+    path = "/capacity",
+    request_body(content = super::openapi::CapacityRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Unreserved resources per server", body = super::openapi::CapacityResponse),
+        (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
+        (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse)
+    )
+)]
+pub async fn capacity(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let bytes = json_body(&app, &headers, body)?;
+    let app2 = app.clone();
+    let (out, servers) = run_limited(&app, move |engine| {
+        let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;
+        check_size(&app2, &servers)?;
+        let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let out = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| ApiError::Internal(e.to_string()))?;
+        Ok((out, servers.len()))
+    })
+    .await?;
+    Ok(json_response(StatusCode::OK, out, Outcome::Capacity { servers }))
+}
+
+/// Health check.
+#[utoipa::path(get, path = "/ping", responses((status = 200, description = "Up", body = super::openapi::PingResponse)))]
+pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
+    let body = serde_json::json!({
+        "status": "OK",
+        "version": env!("CARGO_PKG_VERSION"),
+        "config": app.config_digest(),
+        "uptime_seconds": app.started.elapsed().as_secs(),
+    });
+    json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "The OpenAPI document")))]
+pub async fn openapi_json() -> Response {
+    json_response(StatusCode::OK, super::openapi::document().into_bytes(), Outcome::Ping)
+}
+
+/// Prometheus metrics.
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let mut response = (StatusCode::OK, app.metrics.render()).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+    response
+}
+
+pub async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!("{} does not exist", uri.path()))
+}
+
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not supported on {}", uri.path()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Reasons;
+
+    fn step(name: &'static str, star: Option<&str>) -> Step {
+        let mut reasons = Reasons::default();
+        if let Some(s) = star {
+            reasons.all(s);
+        }
+        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, elapsed: Duration::ZERO }
+    }
+
+    #[test]
+    fn the_409_reason_follows_cnapi() {
+        assert_eq!(failure_reason(&[step("Servers with enough unreserved RAM", None)]), "no servers with enough unreserved RAM");
+        assert_eq!(failure_reason(&[step("Forced failure", None)]), "forced failure");
+        assert_eq!(failure_reason(&[step("Servers with requested hard locality considered", Some("exclude: inst==x"))]), "exclude: inst==x");
+        assert_eq!(failure_reason(&[]), "received by DAPI");
+        assert_eq!(
+            failure_reason(&[step("Add VMs which have open provisioning tickets", None)]),
+            "add VMs which have open provisioning tickets"
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! The HTTP service: a thin axum layer over the engine.
+//!
+//! `POST /allocate`, `POST /capacity`, `GET /ping`, `GET /openapi.json`, `GET /metrics`.
+//! One engine is built at start-up and shared; SIGHUP (or [`AppState::reload`]) swaps in a
+//! new one atomically when the new config is valid. Every request is logged as one bunyan
+//! line and counted in the metrics.
+
+mod errors;
+mod handlers;
+pub mod logging;
+mod metrics;
+pub mod openapi;
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+pub use errors::ApiError;
+pub use handlers::failure_reason;
+
+use crate::config::{Limits, ServiceConfig};
+use crate::engine::Engine;
+use metrics::Metrics;
+
+/// What a request ended with, for its log line.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Allocated { servers: usize, uuid: String },
+    NoServer { servers: usize, reason: String },
+    Capacity { servers: usize },
+    Ping,
+    Failed(String),
+}
+
+struct Loaded {
+    engine: Arc<Engine>,
+    config: Arc<ServiceConfig>,
+}
+
+/// State shared by every request.
+pub struct AppState {
+    loaded: RwLock<Loaded>,
+    /// The `--config` file, re-read on reload.
+    config_file: Option<PathBuf>,
+    permits: Arc<Semaphore>,
+    metrics: Metrics,
+    started: Instant,
+}
+
+impl AppState {
+    /// Builds the state; fails (naming what to fix) when the config's engine is invalid.
+    pub fn new(config: ServiceConfig, config_file: Option<PathBuf>) -> Result<AppState, String> {
+        let engine = Arc::new(config.engine()?);
+        let permits = Arc::new(Semaphore::new(config.limits.max_concurrent_allocations));
+        Ok(AppState {
+            loaded: RwLock::new(Loaded { engine, config: Arc::new(config) }),
+            config_file,
+            permits,
+            metrics: Metrics::default(),
+            started: Instant::now(),
+        })
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
+        self.loaded.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn engine(&self) -> Arc<Engine> {
+        self.read().engine.clone()
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.read().config.limits.clone()
+    }
+
+    pub fn config_digest(&self) -> String {
+        self.read().config.digest()
+    }
+
+    /// Re-reads the config (file and environment); a valid one replaces the engine for new
+    /// requests, an invalid one is refused and the old one stays.
+    pub fn reload(&self) -> Result<String, String> {
+        let path = self.config_file.as_ref().map(|p| p.to_string_lossy().into_owned());
+        let config = ServiceConfig::from_process(path.as_deref())?;
+        let engine = Arc::new(config.engine()?);
+        let digest = config.digest();
+        let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
+        *loaded = Loaded { engine, config: Arc::new(config) };
+        Ok(digest)
+    }
+}
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Endpoint label for metrics (unknown paths share one label).
+fn endpoint_label(path: &str) -> &'static str {
+    match path {
+        "/allocate" => "/allocate",
+        "/capacity" => "/capacity",
+        "/ping" => "/ping",
+        "/metrics" => "/metrics",
+        "/openapi.json" => "/openapi.json",
+        _ => "other",
+    }
+}
+
+/// Request id, timing, metrics and the one log line per request.
+async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 200)
+        .map(str::to_string)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+    let mut response = next.run(request).await;
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID, value);
+    }
+    let status = response.status().as_u16();
+    let latency = started.elapsed();
+    app.metrics.record_request(endpoint_label(&path), status, latency);
+    let latency_ms = latency.as_secs_f64() * 1000.0;
+    let method = method.as_str();
+    match response.extensions().get::<Outcome>() {
+        Some(Outcome::Allocated { servers, uuid }) => {
+            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, server = %uuid, "request")
+        }
+        Some(Outcome::NoServer { servers, reason }) => {
+            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, reason = %reason, "request")
+        }
+        Some(Outcome::Capacity { servers }) => tracing::info!(req_id = %id, method, path, status, latency_ms, servers, "request"),
+        Some(Outcome::Failed(error)) if status >= 500 => {
+            tracing::error!(req_id = %id, method, path, status, latency_ms, error = %error, "request")
+        }
+        Some(Outcome::Failed(error)) => tracing::info!(req_id = %id, method, path, status, latency_ms, error = %error, "request"),
+        Some(Outcome::Ping) | None => tracing::debug!(req_id = %id, method, path, status, latency_ms, "request"),
+    }
+    response
+}
+
+/// The router with every endpoint and layer.
+pub fn router(app: Arc<AppState>) -> Router {
+    let limit = app.limits().max_body_bytes;
+    Router::new()
+        .route("/allocate", post(handlers::allocate))
+        .route("/capacity", post(handlers::capacity))
+        .route("/ping", get(handlers::ping))
+        .route("/openapi.json", get(handlers::openapi_json))
+        .route("/metrics", get(handlers::metrics))
+        .fallback(handlers::not_found)
+        .method_not_allowed_fallback(handlers::method_not_allowed)
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(ApiError::Internal("the request failed unexpectedly".into()))
+        }))
+        .layer(middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+/// Serves until SIGTERM or SIGINT, then stops accepting and lets in-flight requests finish.
+/// SIGHUP reloads the config.
+pub async fn serve(listener: TcpListener, app: Arc<AppState>) -> std::io::Result<()> {
+    spawn_reload_on_sighup(app.clone());
+    axum::serve(listener, router(app)).with_graceful_shutdown(shutdown_signal()).await
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return std::future::pending().await;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
+
+fn spawn_reload_on_sighup(app: Arc<AppState>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP; config reload by signal is off");
+        return;
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match app.reload() {
+                Ok(digest) => tracing::info!(config = %digest, "config reloaded"),
+                Err(e) => tracing::error!(error = %e, "config reload refused; keeping the running config"),
+            }
+        }
+    });
+}
