@@ -155,6 +155,7 @@ mod erased {
 /// Choose a server for a new VM.
 #[utoipa::path(
     post,
+    tag = "dapi",
     path = "/allocate",
     request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
     responses(
@@ -190,6 +191,7 @@ pub async fn allocate(
 /// Spare CPU, RAM and disk of each server.
 #[utoipa::path(
     post,
+    tag = "dapi",
     path = "/capacity",
     request_body(content = super::openapi::CapacityRequest, content_type = "application/json"),
     responses(
@@ -220,7 +222,7 @@ pub async fn capacity(
 }
 
 /// Health check.
-#[utoipa::path(get, path = "/ping", responses((status = 200, description = "Up", body = super::openapi::PingResponse)))]
+#[utoipa::path(get, tag = "dapi", path = "/ping", responses((status = 200, description = "Up", body = super::openapi::PingResponse)))]
 pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
     let body = serde_json::json!({
         "status": "OK",
@@ -232,13 +234,13 @@ pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
 }
 
 /// This document.
-#[utoipa::path(get, path = "/openapi.json", responses((status = 200, description = "The OpenAPI document")))]
+#[utoipa::path(get, tag = "dapi", path = "/openapi.json", responses((status = 200, description = "The OpenAPI document")))]
 pub async fn openapi_json() -> Response {
     json_response(StatusCode::OK, super::openapi::document().into_bytes(), Outcome::Ping)
 }
 
 /// Prometheus metrics.
-#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+#[utoipa::path(get, tag = "dapi", path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
     let mut response = (StatusCode::OK, app.metrics.render()).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));

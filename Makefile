@@ -1,0 +1,33 @@
+# dapi: common tasks. `make run` serves on the built-in config; `make test` runs every test.
+CARGO ?= cargo
+SHARED ?= ../shared
+
+.PHONY: build run test lint conformance openapi bench docker clean
+
+build:
+	$(CARGO) build --release
+
+run:
+	$(CARGO) run --release -- serve
+
+test:
+	$(CARGO) test --release
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+conformance: build
+	python3 $(SHARED)/conformance/check.py --cmd 'target/release/dapi allocate' $(SHARED)/conformance/cases
+
+openapi:
+	$(CARGO) run --release -q -- openapi > openapi/openapi.json
+
+bench: build
+	@echo "benchmarks arrive with the performance work"
+
+docker:
+	docker build -t dapi .
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,108 @@
+//! Shared helpers for end-to-end tests: start the real service on a loopback port and talk
+//! HTTP/1.1 to it.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use dapi::config::ServiceConfig;
+use dapi::http::AppState;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A service running in this process on 127.0.0.1:<random port>.
+pub struct Service {
+    pub addr: SocketAddr,
+    pub app: Arc<AppState>,
+}
+
+/// Starts the service with the built-in config changed by `env` (as `DAPI_*` variables).
+pub async fn start(env: &[(&str, &str)]) -> Service {
+    start_with(None, env).await
+}
+
+pub async fn start_with(file: Option<&Path>, env: &[(&str, &str)]) -> Service {
+    let vars = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    let config = ServiceConfig::load(file, vars).expect("test config is valid");
+    let app = Arc::new(AppState::new(config, file.map(Path::to_path_buf)).expect("engine builds"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(dapi::http::serve(listener, app.clone()));
+    Service { addr, app }
+}
+
+/// A response: status, lower-cased headers, body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", String::from_utf8_lossy(&self.body)))
+    }
+}
+
+/// Sends one request (`Connection: close`) and reads the whole answer.
+pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).await.expect("write head");
+    stream.write_all(body).await.expect("write body");
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.expect("read answer");
+    parse_reply(&raw)
+}
+
+pub fn parse_reply(raw: &[u8]) -> Reply {
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("complete head");
+    let head = String::from_utf8_lossy(&raw[..split]);
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).expect("status line");
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())))
+        .collect();
+    let mut body = raw[split + 4..].to_vec();
+    if headers.iter().any(|(k, v)| k == "transfer-encoding" && v == "chunked") {
+        body = dechunk(&body);
+    }
+    Reply { status, headers, body }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(end) = data.windows(2).position(|w| w == b"\r\n") else { break };
+        let size = usize::from_str_radix(String::from_utf8_lossy(&data[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&data[end + 2..end + 2 + size]);
+        data = &data[end + 2 + size + 2..];
+    }
+    out
+}
+
+pub async fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -> Reply {
+    let bytes = serde_json::to_vec(body).expect("serialisable");
+    send(addr, "POST", path, &[("Content-Type", "application/json")], &bytes).await
+}
+
+/// The example request shipped in `examples/allocate.json`.
+pub fn example_request() -> serde_json::Value {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/allocate.json"))
+        .expect("examples/allocate.json");
+    serde_json::from_str(&text).expect("example is JSON")
+}

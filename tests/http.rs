@@ -1,0 +1,221 @@
+//! End-to-end tests of the HTTP service: the real server on a loopback port, every endpoint
+//! and every status it answers.
+
+mod common;
+
+use std::path::Path;
+
+use common::{example_request, post_json, send, start};
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_reports_version_and_config() {
+    let s = start(&[]).await;
+    let r = send(s.addr, "GET", "/ping", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let body = r.json();
+    assert_eq!(body["status"], "OK");
+    assert_eq!(body["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(body["config"].as_str().map(str::len), Some(16));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_chooses_a_server_and_lists_the_steps() {
+    let s = start(&[]).await;
+    let mut req = example_request();
+    req["seed"] = json!(7);
+    let r = post_json(s.addr, "/allocate", &req).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let body = r.json();
+    let server = &body["server"];
+    assert!(server["uuid"].is_string());
+    assert!(server.get("vms").is_none(), "the chosen server is returned without vms");
+    for key in ["score", "unreserved_cpu", "unreserved_ram", "unreserved_disk"] {
+        assert!(server.get(key).is_some(), "{key} is set on the chosen server");
+    }
+    let steps = body["steps"].as_array().expect("steps");
+    assert_eq!(steps[0]["step"], "Received by DAPI");
+    assert_eq!(steps[0]["remaining"].as_array().map(Vec::len), req["servers"].as_array().map(Vec::len));
+    // The same request and seed give the same answer.
+    let again = post_json(s.addr, "/allocate", &req).await.json();
+    assert_eq!(again["server"]["uuid"], server["uuid"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_fitting_server_is_a_409_with_cnapis_reason_and_the_steps() {
+    let s = start(&[]).await;
+    let mut req = example_request();
+    req["vm"]["internal_metadata"] = json!({"force_designation_failure": true});
+    let r = post_json(s.addr, "/allocate", &req).await;
+    assert_eq!(r.status, 409);
+    let body = r.json();
+    assert_eq!(body["code"], "NoAllocatableServersError");
+    assert_eq!(body["message"], "No compute resources available: forced failure");
+    let steps = body["steps"].as_array().expect("steps");
+    assert_eq!(steps.last().map(|s| s["step"].clone()), Some(json!("Forced failure")));
+
+    req["vm"]["internal_metadata"] = json!({});
+    req["servers"] = json!([]);
+    let body = post_json(s.addr, "/allocate", &req).await.json();
+    assert_eq!(body["message"], "No compute resources available: received by DAPI");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_parameters_are_a_422_naming_the_field() {
+    let s = start(&[]).await;
+    let mut req = example_request();
+    req["vm"]["ram"] = json!("lots");
+    let r = post_json(s.addr, "/allocate", &req).await;
+    assert_eq!(r.status, 422);
+    let body = r.json();
+    assert_eq!(body["code"], "InvalidParameters");
+    assert_eq!(body["message"], "Request parameters failed validation");
+    assert_eq!(body["errors"], json!([{"field": "vm", "code": "Invalid", "message": "VM \"ram\" is not a number"}]));
+
+    let r = post_json(s.addr, "/allocate", &json!({"servers": [], "vm": null})).await;
+    assert_eq!(r.status, 422);
+    let fields: Vec<_> = r.json()["errors"].as_array().expect("errors").iter().map(|e| e["field"].clone()).collect();
+    assert_eq!(fields, [json!("image"), json!("vm")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_and_wrong_content_types() {
+    let s = start(&[]).await;
+    let r = send(s.addr, "POST", "/allocate", &[("Content-Type", "application/json")], b"{\"servers\": [").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["code"], "InvalidJson");
+    let r = send(s.addr, "POST", "/allocate", &[("Content-Type", "text/plain")], b"{}").await;
+    assert_eq!(r.status, 415);
+    assert_eq!(r.json()["code"], "UnsupportedMediaType");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_over_the_limit_are_a_413() {
+    let s = start(&[("DAPI_LIMITS__MAX_BODY_BYTES", "1000")]).await;
+    let r = post_json(s.addr, "/allocate", &example_request()).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(r.json()["code"], "PayloadTooLarge");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_servers_is_a_422() {
+    let s = start(&[("DAPI_LIMITS__MAX_SERVERS", "2")]).await;
+    let r = post_json(s.addr, "/allocate", &example_request()).await;
+    assert_eq!(r.status, 422);
+    assert_eq!(r.json()["errors"][0]["field"], "servers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_routes_and_methods() {
+    let s = start(&[]).await;
+    let r = send(s.addr, "GET", "/nowhere", &[], b"").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["code"], "ResourceNotFound");
+    let r = send(s.addr, "GET", "/allocate", &[], b"").await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.json()["code"], "MethodNotAllowed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_reports_spare_resources_and_reasons() {
+    let s = start(&[]).await;
+    let mut servers = example_request()["servers"].clone();
+    servers[0]["status"] = json!("unknown");
+    let r = post_json(s.addr, "/capacity", &json!({ "servers": servers })).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let body = r.json();
+    let caps = body["capacities"].as_object().expect("capacities");
+    assert_eq!(caps.len(), servers.as_array().map_or(0, |a| a.len() - 1));
+    let first = caps.values().next().expect("a capacity");
+    for key in ["cpu", "ram", "disk"] {
+        assert!(first[key].is_i64(), "{key} is an integer");
+    }
+    let down = servers[0]["uuid"].as_str().expect("uuid");
+    assert_eq!(body["reasons"][down], "Server has status: unknown");
+
+    // A bare array works too; a non-array is named.
+    assert_eq!(post_json(s.addr, "/capacity", &servers).await.status, 200);
+    let r = post_json(s.addr, "/capacity", &json!({"servers": 5})).await;
+    assert_eq!(r.status, 422);
+    assert_eq!(r.json()["errors"][0]["field"], "servers");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_ids_are_echoed_or_made() {
+    let s = start(&[]).await;
+    let r = send(s.addr, "GET", "/ping", &[("X-Request-Id", "abc-123")], b"").await;
+    assert_eq!(r.header("x-request-id"), Some("abc-123"));
+    let r = send(s.addr, "GET", "/ping", &[], b"").await;
+    assert_eq!(r.header("x-request-id").map(str::len), Some(36));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_and_plugins() {
+    let s = start(&[]).await;
+    post_json(s.addr, "/allocate", &example_request()).await;
+    let r = send(s.addr, "GET", "/metrics", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8_lossy(&r.body);
+    assert!(text.contains("dapi_http_requests_total{endpoint=\"/allocate\",status=\"200\"} 1"), "{text}");
+    assert!(text.contains("dapi_http_request_duration_seconds_count{endpoint=\"/allocate\"} 1"));
+    assert!(text.contains("dapi_plugin_servers_removed_total{plugin=\"hard-filter-setup\"}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_allocations_time_out_with_a_503_and_retry_after() {
+    let s = start(&[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1")]).await;
+    let mut req = example_request();
+    let one = req["servers"][0].clone();
+    let mut many = Vec::new();
+    for i in 0..3000 {
+        let mut server = one.clone();
+        server["uuid"] = json!(format!("00000000-0000-0000-0000-{i:012}"));
+        many.push(server);
+    }
+    req["servers"] = json!(many);
+    let r = post_json(s.addr, "/allocate", &req).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["code"], "ServiceUnavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_served_and_matches_the_checked_in_one() {
+    let s = start(&[]).await;
+    let r = send(s.addr, "GET", "/openapi.json", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let served = String::from_utf8_lossy(&r.body).into_owned();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("openapi/openapi.json");
+    let checked_in = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        served == checked_in,
+        "openapi/openapi.json is out of date: regenerate it with `cargo run --release -- openapi > openapi/openapi.json`"
+    );
+    let doc = r.json();
+    for path in ["/allocate", "/capacity", "/ping", "/metrics", "/openapi.json"] {
+        assert!(doc["paths"].get(path).is_some(), "{path} is documented");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_swaps_in_a_valid_config_and_keeps_the_old_one_otherwise() {
+    let dir = std::env::temp_dir().join(format!("dapi-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("config.json");
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "identity"]}"#).expect("write");
+    let s = common::start_with(Some(&path), &[]).await;
+    let before = send(s.addr, "GET", "/ping", &[], b"").await.json()["config"].clone();
+
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "no-such-plugin"]}"#).expect("write");
+    let err = s.app.reload().expect_err("invalid config refused");
+    assert!(err.contains("Unrecognized algorithm: no-such-plugin"), "{err}");
+    assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.json()["config"], before);
+
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "hard-filter-setup"]}"#).expect("write");
+    s.app.reload().expect("valid config accepted");
+    assert_ne!(send(s.addr, "GET", "/ping", &[], b"").await.json()["config"], before);
+    let body = post_json(s.addr, "/allocate", &example_request()).await.json();
+    assert_eq!(body["steps"][1]["step"], "Servers which have been setup");
+    let _ = std::fs::remove_dir_all(&dir);
+}
