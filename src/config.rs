@@ -110,7 +110,10 @@ impl ServiceConfig {
             return Err(format!("config: listen must be an address such as 127.0.0.1:8080, not {:?}", self.listen));
         }
         if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug" | "trace") {
-            return Err(format!("config: log_level must be error, warn, info, debug or trace, not {:?}", self.log_level));
+            return Err(format!(
+                "config: log_level must be error, warn, info, debug or trace, not {:?}",
+                self.log_level
+            ));
         }
         let l = &self.limits;
         for (name, value) in [
@@ -143,7 +146,8 @@ impl ServiceConfig {
     pub fn digest(&self) -> String {
         let text = serde_json::json!([self.allocation_description, self.defaults]).to_string();
         // FNV-1a: stable across runs and builds, unlike the std hasher.
-        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let hash =
+            text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         format!("{hash:016x}")
     }
 }
@@ -203,8 +207,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dapi-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp dir");
         let path = dir.join("c.json");
-        std::fs::write(&path, r#"{"allocationDescription": ["pipe", "identity"], "defaults": {"filter_vm_limit": "10"}}"#)
-            .expect("write");
+        std::fs::write(
+            &path,
+            r#"{"allocationDescription": ["pipe", "identity"], "defaults": {"filter_vm_limit": "10"}}"#,
+        )
+        .expect("write");
         let c = ServiceConfig::load(Some(&path), env(&[])).expect("config");
         assert_eq!(c.allocation_description, serde_json::json!(["pipe", "identity"]));
         assert_eq!(c.defaults["filter_vm_limit"], "10");

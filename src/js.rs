@@ -317,7 +317,7 @@ pub fn fmt_num(n: f64) -> String {
             out.push_str(&digits[1..]);
         }
         out.push('e');
-        out.push(if point - 1 >= 0 { '+' } else { '-' });
+        out.push(if point >= 1 { '+' } else { '-' });
         out.push_str(&(point - 1).abs().to_string());
     }
     out

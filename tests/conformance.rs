@@ -29,7 +29,10 @@ fn difference(case: &Value, got: &Value) -> Option<String> {
     let (want, have) = (expected["steps"].as_array()?, got["steps"].as_array()?);
     for (i, (w, h)) in want.iter().zip(have).enumerate() {
         if w["step"] != h["step"] || w["remaining"] != h["remaining"] {
-            return Some(format!("step {i}: expected {} {}, got {} {}", w["step"], w["remaining"], h["step"], h["remaining"]));
+            return Some(format!(
+                "step {i}: expected {} {}, got {} {}",
+                w["step"], w["remaining"], h["step"], h["remaining"]
+            ));
         }
         let empty = Value::Object(Default::default());
         let (wr, hr) = (w.get("reasons").unwrap_or(&empty), h.get("reasons").unwrap_or(&empty));

@@ -28,7 +28,8 @@ fn cases() -> &'static [Case] {
     static CASES: OnceLock<Vec<Case>> = OnceLock::new();
     CASES.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
-        let mut paths: Vec<_> = std::fs::read_dir(dir).expect("cases").filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let mut paths: Vec<_> =
+            std::fs::read_dir(dir).expect("cases").filter_map(|e| e.ok().map(|e| e.path())).collect();
         paths.sort();
         paths
             .iter()

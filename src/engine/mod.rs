@@ -131,7 +131,8 @@ pub fn select(survivors: &[ServerId], state: &[ServerState]) -> Option<ServerId>
     let mut best = *survivors.first()?;
     for &id in &survivors[1..] {
         // Keep the current best only when strictly greater (NaN picks the later server).
-        if !(state[best].score > state[id].score) {
+        let best_is_greater = state[best].score > state[id].score;
+        if !best_is_greater {
             best = id;
         }
     }

@@ -119,7 +119,10 @@ pub fn failure_reason(steps: &[Step]) -> String {
     }
 }
 
-fn answer_allocation(body: &AllocateBody<'_>, allocation: &Allocation) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
+fn answer_allocation(
+    body: &AllocateBody<'_>,
+    allocation: &Allocation,
+) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
     let servers = body.servers.len();
     let to_bytes = |v: &dyn erased::Ser| v.to_vec().map_err(|e| ApiError::Internal(e.to_string()));
     match allocation.chosen {
@@ -270,9 +273,15 @@ mod tests {
 
     #[test]
     fn the_409_reason_follows_cnapi() {
-        assert_eq!(failure_reason(&[step("Servers with enough unreserved RAM", None)]), "no servers with enough unreserved RAM");
+        assert_eq!(
+            failure_reason(&[step("Servers with enough unreserved RAM", None)]),
+            "no servers with enough unreserved RAM"
+        );
         assert_eq!(failure_reason(&[step("Forced failure", None)]), "forced failure");
-        assert_eq!(failure_reason(&[step("Servers with requested hard locality considered", Some("exclude: inst==x"))]), "exclude: inst==x");
+        assert_eq!(
+            failure_reason(&[step("Servers with requested hard locality considered", Some("exclude: inst==x"))]),
+            "exclude: inst==x"
+        );
         assert_eq!(failure_reason(&[]), "received by DAPI");
         assert_eq!(
             failure_reason(&[step("Add VMs which have open provisioning tickets", None)]),

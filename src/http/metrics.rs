@@ -82,9 +82,16 @@ impl Metrics {
         out.push_str("# TYPE dapi_http_request_duration_seconds histogram\n");
         for (endpoint, h) in &inner.latency {
             for (bound, n) in BUCKETS.iter().zip(&h.counts) {
-                let _ = writeln!(out, "dapi_http_request_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"{bound}\"}} {n}");
+                let _ = writeln!(
+                    out,
+                    "dapi_http_request_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"{bound}\"}} {n}"
+                );
             }
-            let _ = writeln!(out, "dapi_http_request_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "dapi_http_request_duration_seconds_bucket{{endpoint=\"{endpoint}\",le=\"+Inf\"}} {}",
+                h.count
+            );
             let _ = writeln!(out, "dapi_http_request_duration_seconds_sum{{endpoint=\"{endpoint}\"}} {}", h.sum);
             let _ = writeln!(out, "dapi_http_request_duration_seconds_count{{endpoint=\"{endpoint}\"}} {}", h.count);
         }
@@ -92,7 +99,9 @@ impl Metrics {
         for (plugin, s) in &inner.plugins {
             let _ = writeln!(out, "dapi_plugin_runs_total{{plugin=\"{plugin}\"}} {}", s.runs);
         }
-        out.push_str("# HELP dapi_plugin_seconds_total Time spent in each plugin.\n# TYPE dapi_plugin_seconds_total counter\n");
+        out.push_str(
+            "# HELP dapi_plugin_seconds_total Time spent in each plugin.\n# TYPE dapi_plugin_seconds_total counter\n",
+        );
         for (plugin, s) in &inner.plugins {
             let _ = writeln!(out, "dapi_plugin_seconds_total{{plugin=\"{plugin}\"}} {}", s.seconds);
         }

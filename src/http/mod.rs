@@ -141,11 +141,15 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
         Some(Outcome::NoServer { servers, reason }) => {
             tracing::info!(req_id = %id, method, path, status, latency_ms, servers, reason = %reason, "request")
         }
-        Some(Outcome::Capacity { servers }) => tracing::info!(req_id = %id, method, path, status, latency_ms, servers, "request"),
+        Some(Outcome::Capacity { servers }) => {
+            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, "request")
+        }
         Some(Outcome::Failed(error)) if status >= 500 => {
             tracing::error!(req_id = %id, method, path, status, latency_ms, error = %error, "request")
         }
-        Some(Outcome::Failed(error)) => tracing::info!(req_id = %id, method, path, status, latency_ms, error = %error, "request"),
+        Some(Outcome::Failed(error)) => {
+            tracing::info!(req_id = %id, method, path, status, latency_ms, error = %error, "request")
+        }
         Some(Outcome::Ping) | None => tracing::debug!(req_id = %id, method, path, status, latency_ms, "request"),
     }
     response
