@@ -405,6 +405,39 @@ pub fn strict_eq(a: &Js, b: &Js) -> bool {
     }
 }
 
+/// JS binary `+`: concatenation when either side is a string (objects and arrays convert
+/// through `String()` first), numeric addition otherwise. The original adds byte counts and
+/// sizes this way, so a numeric string on either side concatenates.
+pub fn js_add(a: &Js, b: &Js) -> Js {
+    let stringy = |v: &Js| matches!(v, Js::Str(_) | Js::Arr(_) | Js::Obj(_));
+    if stringy(a) || stringy(b) {
+        Js::Str(format!("{}{}", a.to_js_string(), b.to_js_string()).into())
+    } else {
+        Js::Num(a.num() + b.num())
+    }
+}
+
+/// JS `Math.min(a, b)` / `Math.max(a, b)` on numbers: NaN wins (Rust's `f64::min` ignores it).
+pub fn js_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+pub fn js_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a > b || (a == b && a.is_sign_positive()) {
+        a
+    } else {
+        b
+    }
+}
+
 impl<'de> Deserialize<'de> for Js {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Js, D::Error> {
         d.deserialize_any(JsVisitor)
@@ -492,6 +525,19 @@ mod tests {
 
     fn js(text: &str) -> Js {
         serde_json::from_str(text).expect("test JSON")
+    }
+
+    #[test]
+    fn plus_concatenates_strings_and_min_max_keep_nan() {
+        assert_eq!(js_add(&Js::Num(1.0), &Js::Num(2.0)), Js::Num(3.0));
+        assert_eq!(js_add(&Js::str("100"), &Js::Num(0.0)), Js::str("1000"));
+        assert_eq!(js_add(&Js::Num(29696.0), &Js::str("")), Js::str("29696"));
+        assert!(js_add(&Js::Undefined, &Js::Num(1.0)).num().is_nan());
+        assert_eq!(js_add(&Js::Null, &Js::Bool(true)), Js::Num(1.0));
+        assert!(js_min(f64::NAN, 1.0).is_nan() && js_min(1.0, f64::NAN).is_nan());
+        assert_eq!(js_min(-3.0, 2.0), -3.0);
+        assert!(js_max(0.0, f64::NAN).is_nan());
+        assert!(js_max(0.0, -0.0).is_sign_positive() && js_max(-0.0, 0.0).is_sign_positive());
     }
 
     #[test]

@@ -1,7 +1,14 @@
-//! `hard-filter-vm-count`: TODO (not yet implemented).
+//! `hard-filter-vm-count`: removes servers already holding `filter_vm_limit` VMs or more
+//! (224 when unset, 0 or not a number), counting every VM: failed, stopped and ticketed ones
+//! too. (The step name says "more VMs than limit"; it is the original's, kept verbatim.)
+//! A server without a `vms` object (the original throws) reads as having no VMs.
 
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::fmt_num;
+
+/// The default maximum number of VMs on one server.
+const DEFAULT_VM_LIMIT: f64 = 224.0;
 
 pub struct HardFilterVmCount;
 
@@ -17,10 +24,69 @@ impl Plugin for HardFilterVmCount {
     }
     fn run(
         &self,
-        _req: &mut Request<'_>,
-        _servers: &[ServerId],
-        _reasons: &mut Reasons,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        Err(PluginError("hard-filter-vm-count is not implemented yet".into()))
+        let configured = req.defaults.filter_vm_limit.num();
+        let limit = if configured == 0.0 || configured.is_nan() { DEFAULT_VM_LIMIT } else { configured };
+        let mut kept = Vec::with_capacity(servers.len());
+        for &id in servers {
+            let count = req.vm_count(id);
+            if (count as f64) < limit {
+                kept.push(id);
+            } else {
+                reasons.set(req.key(id), format!("Server has {count} VMs (limit is {})", fmt_num(limit)));
+            }
+        }
+        Ok(kept)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, with, Fixture};
+    use serde_json::{json, Map, Value};
+
+    fn with_vms(name: &str, n: usize) -> Value {
+        let vms: Map<String, Value> = (0..n).map(|i| (format!("{name}-vm{i}"), json!({"owner_uuid": "o"}))).collect();
+        with(server(name), json!({"vms": vms}))
+    }
+
+    #[test]
+    fn removes_servers_at_or_over_the_limit() {
+        let f = Fixture::new(vec![with_vms("three", 3), with_vms("two", 2), with_vms("four", 4), with_vms("none", 0)])
+            .defaults(json!({"filter_vm_limit": 3}));
+        let out = f.run(&HardFilterVmCount);
+        assert_eq!(out.remaining, ["two", "none"]);
+        assert_eq!(
+            out.reason_list(),
+            [
+                ("three".into(), "Server has 3 VMs (limit is 3)".into()),
+                ("four".into(), "Server has 4 VMs (limit is 3)".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn default_limit_is_224() {
+        let out = Fixture::new(vec![with_vms("a", 223), with_vms("b", 224)]).run(&HardFilterVmCount);
+        assert_eq!(out.remaining, ["a"]);
+        assert_eq!(out.reason("b"), Some("Server has 224 VMs (limit is 224)"));
+        let out =
+            Fixture::new(vec![with_vms("b", 224)]).defaults(json!({"filter_vm_limit": "0"})).run(&HardFilterVmCount);
+        assert_eq!(out.reason("b"), Some("Server has 224 VMs (limit is 224)"));
+    }
+
+    #[test]
+    fn string_limit_is_coerced_and_ticketed_vms_count() {
+        let f = Fixture::new(vec![with_vms("s", 1)]).defaults(json!({"filter_vm_limit": "2"})).tickets(json!([{
+            "id": "t1", "server_uuid": "s", "scope": "vm", "action": "provision", "status": "queued",
+            "extra": {"brand": "joyent", "max_physical_memory": 128, "quota": 1}
+        }]));
+        assert_eq!(f.run(&HardFilterVmCount).remaining, ["s"]);
+        let out = f.run_after(&["calculate-ticketed-vms"], &HardFilterVmCount);
+        assert_eq!(out.reason("s"), Some("Server has 2 VMs (limit is 2)"));
     }
 }
