@@ -195,7 +195,7 @@ mod tests {
     use serde_json::{json, Value};
 
     /// A server with the given SDC Version (`None`: sysinfo lacks it) and Live Image.
-    pub(crate) fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
+    fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
         let mut sysinfo = json!({"Live Image": platform, "Network Interfaces": {}});
         if let Some(v) = version {
             sysinfo["SDC Version"] = json!(v);
@@ -334,5 +334,10 @@ mod tests {
         let servers = vec![versioned("a", Some("7.0"), "20200101T000000Z")];
         let (kept, _) = run(servers, &map(json!({"7.0": 5})), filter_max_platforms);
         assert!(kept.is_empty());
+        // An array version compares as its string form ("7.1" > "7.0"), as relational
+        // operators convert objects to strings first.
+        let listed = with(server("a"), json!({"sysinfo": {"SDC Version": ["7.1"], "Live Image": "1"}}));
+        let (kept, _) = run(vec![listed], &map(json!({"7.0": "2"})), filter_min_platforms);
+        assert_eq!(kept, ["a"]);
     }
 }
