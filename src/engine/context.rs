@@ -8,6 +8,7 @@
 use std::cell::OnceCell;
 
 use rand::rngs::StdRng;
+use serde_json::value::RawValue;
 
 use super::defaults::Defaults;
 use crate::js::Js;
@@ -97,6 +98,9 @@ pub struct Request<'r> {
     pub tickets: &'r [Ticket],
     pub defaults: &'r Defaults,
     pub rng: StdRng,
+    /// Each server's JSON as received, in `servers` order, for plugins that read fields the
+    /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
+    pub raw_servers: Vec<&'r RawValue>,
     vm_index: OnceCell<VmIndex>,
 }
 
@@ -122,6 +126,7 @@ impl<'r> Request<'r> {
             tickets,
             defaults,
             rng,
+            raw_servers: Vec::new(),
             vm_index: OnceCell::new(),
         }
     }

@@ -104,6 +104,7 @@ impl Engine {
             &self.defaults,
             rng,
         );
+        req.raw_servers = body.raw_servers.clone();
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;

@@ -1,7 +1,22 @@
-//! `hard-filter-owners-servers`: TODO (not yet implemented).
+//! `hard-filter-owners-servers`: operator-written `filter_owner_server` expressions reserve
+//! servers for owners. An owner with a filter gets only the servers it accepts; any other
+//! owner loses every server that some owner's filter accepts.
+//!
+//! Filters are compiled once with the defaults (see [`OwnerFilters`]); a filter that fails
+//! at run time (reading a property of `undefined`) empties the list with an
+//! `Error running filter ...` reason, as in the original.
+//!
+//! Filters read the server as the original saw it at this point of the chain: the JSON the
+//! caller sent plus what earlier steps wrote onto it (`score`, replaced `overprovision_ratios`,
+//! `unreserved_*`, disk totals grown by ticketed VMs). VMs added from tickets are not shown in
+//! `server.vms`. Only servers a filter is run on are parsed, once per run.
 
+use std::collections::HashMap;
+
+use super::shared::owner_filter::{OwnerFilter, OwnerFilters};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::Js;
 
 pub struct HardFilterOwnersServers;
 
@@ -17,10 +32,210 @@ impl Plugin for HardFilterOwnersServers {
     }
     fn run(
         &self,
-        _req: &mut Request<'_>,
-        _servers: &[ServerId],
-        _reasons: &mut Reasons,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        Err(PluginError("hard-filter-owners-servers is not implemented yet".into()))
+        let filters: &OwnerFilters = &req.defaults.owner_filters;
+        if !req.defaults.filter_owner_server.truthy() {
+            reasons.skip("No filter_owner_server default to run");
+            return Ok(servers.to_vec());
+        }
+        let views = servers.iter().map(|&id| server_view(req, id)).collect::<Result<Vec<_>, _>>()?;
+        let owner = req.vm.owner_uuid.to_js_string();
+        if let Some(filter) = filters.get(&owner).filter(|f| f.truthy) {
+            return Ok(match accepted(filter, servers, &views) {
+                Some(kept) => {
+                    reasons.all(format!("Servers pass filter for owner {owner}: {}", filter.source));
+                    kept
+                }
+                None => {
+                    reasons.all(format!("Error running filter for owner {owner}: {}", filter.source));
+                    Vec::new()
+                }
+            });
+        }
+        // Server key (String(uuid)) → the last owner, in key order, whose filter accepts it.
+        let mut claimed: HashMap<String, &str> = HashMap::new();
+        for filter in filters.iter() {
+            let Some(kept) = accepted(filter, servers, &views) else {
+                reasons.all(format!("Error running filter for owner {}: {}", filter.owner, filter.source));
+                return Ok(Vec::new());
+            };
+            for id in kept {
+                claimed.insert(req.key(id), &filter.owner);
+            }
+        }
+        let mut kept = Vec::with_capacity(servers.len());
+        for &id in servers {
+            let key = req.key(id);
+            match claimed.get(&key) {
+                Some(owner) if !owner.is_empty() => reasons.set(key, format!("Removed by filter for owner {owner}")),
+                _ => kept.push(id),
+            }
+        }
+        Ok(kept)
+    }
+}
+
+/// The servers the filter accepts, in order; `None` when it throws on any of them.
+fn accepted(filter: &OwnerFilter, servers: &[ServerId], views: &[Js]) -> Option<Vec<ServerId>> {
+    let mut kept = Vec::new();
+    for (&id, view) in servers.iter().zip(views) {
+        if filter.matches(view).ok()? {
+            kept.push(id);
+        }
+    }
+    Some(kept)
+}
+
+/// The server object as the original's filters saw it: the received JSON, with what the
+/// allocation has written onto it so far.
+fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
+    let raw = req
+        .raw_servers
+        .get(id)
+        .ok_or_else(|| PluginError(format!("the JSON of server {} is not available to owner filters", req.key(id))))?;
+    let mut view: Js = serde_json::from_str(raw.get())
+        .map_err(|e| PluginError(format!("the JSON of server {} cannot be read: {e}", req.key(id))))?;
+    let Js::Obj(obj) = &mut view else { return Ok(view) };
+    let server = req.server(id);
+    let state = &req.state[id];
+    // The allocator starts every server at score 0.
+    obj.insert("score".into(), Js::Num(state.score));
+    if let Some(ratios) = &state.ratios {
+        obj.insert("overprovision_ratios".into(), ratios.clone());
+    }
+    if state.zone_quota_added_bytes != 0.0 {
+        let total = server.disk_zone_quota_bytes.num() + state.zone_quota_added_bytes;
+        obj.insert("disk_zone_quota_bytes".into(), Js::Num(total));
+    }
+    if state.kvm_zvol_added_bytes != 0.0 {
+        let total = server.disk_kvm_zvol_volsize_bytes.num() + state.kvm_zvol_added_bytes;
+        obj.insert("disk_kvm_zvol_volsize_bytes".into(), Js::Num(total));
+    }
+    if let Some(u) = state.unreserved {
+        obj.insert("unreserved_cpu".into(), Js::Num(u.cpu_pct));
+        obj.insert("unreserved_ram".into(), Js::Num(u.ram_mib));
+        obj.insert("unreserved_disk".into(), Js::Num(u.disk_mib));
+    }
+    Ok(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Unreserved;
+    use crate::plugins::testing::{run_on, server, with, Fixture};
+    use serde_json::{json, Value};
+
+    const A: &str = "2316e149-1562-47ff-abea-00bda80d0e7f";
+    const B: &str = "10a4ca4c-26e9-11e6-a0db-28cfe91f7d53";
+    const OTHER: &str = "9094b92e-26e9-11e6-b476-28cfe91f7d53";
+    const S0: &str = "33ce31d0-f376-4efd-ad41-f17c430b9782";
+    const S1: &str = "b8ab34e9-2914-48c4-af75-5c6440240ce1";
+    const S2: &str = "ff962080-5e04-463c-87b7-1f83d5b8c949";
+
+    fn servers() -> Vec<Value> {
+        vec![
+            with(server(S0), json!({"rack_identifier": "R01"})),
+            with(server(S1), json!({"rack_identifier": "R02"})),
+            with(server(S2), json!({"rack_identifier": "R03", "hostname": "cn0003"})),
+        ]
+    }
+
+    fn fixture(owner: &str, filters: Value) -> Fixture {
+        Fixture::new(servers())
+            .vm(json!({"vm_uuid": "00000000-0000-0000-0000-0000000000aa", "owner_uuid": owner, "brand": "joyent"}))
+            .defaults(json!({ "filter_owner_server": filters }))
+    }
+
+    /// Runs with unreserved RAM set to 1024, 768 and 2048 MiB, as an earlier step would.
+    fn run(f: &Fixture) -> crate::plugins::testing::Outcome {
+        let mut req = f.request();
+        for (id, ram) in [1024.0, 768.0, 2048.0].into_iter().enumerate() {
+            req.state[id].unreserved = Some(Unreserved { cpu_pct: 100.0, ram_mib: ram, disk_mib: 1.0 });
+        }
+        run_on(&mut req, &HardFilterOwnersServers)
+    }
+
+    fn two_filters() -> Value {
+        json!({ A: format!("server.uuid === \"{S1}\""), B: "server.unreserved_ram > 1024" })
+    }
+
+    #[test]
+    fn an_owner_with_a_filter_gets_what_it_accepts() {
+        let out = run(&fixture(A, two_filters()));
+        assert_eq!(out.remaining, [S1]);
+        assert_eq!(
+            out.reason_list(),
+            [("*".to_string(), format!("Servers pass filter for owner {A}: server.uuid === \"{S1}\""))]
+        );
+    }
+
+    #[test]
+    fn other_owners_lose_what_any_filter_accepts() {
+        let out = run(&fixture(OTHER, two_filters()));
+        assert_eq!(out.remaining, [S0]);
+        assert_eq!(
+            out.reason_list(),
+            [
+                (S1.to_string(), format!("Removed by filter for owner {A}")),
+                (S2.to_string(), format!("Removed by filter for owner {B}"))
+            ]
+        );
+        // The last owner (in key order) whose filter accepts a server is named.
+        let out =
+            run(&fixture(OTHER, json!({ A: "server.rack_identifier !== 'R01'", B: "server.unreserved_ram > 1024" })));
+        assert_eq!(out.remaining, [S0]);
+        assert_eq!(out.reason(S1), Some(format!("Removed by filter for owner {A}").as_str()));
+        assert_eq!(out.reason(S2), Some(format!("Removed by filter for owner {B}").as_str()));
+    }
+
+    #[test]
+    fn a_throwing_filter_empties_the_list() {
+        let bad = "server.hostname.indexOf('cn') === 0";
+        let out = run(&fixture(A, json!({ A: bad, B: "true" })));
+        assert!(out.remaining.is_empty());
+        assert_eq!(out.reason_list(), [("*".to_string(), format!("Error running filter for owner {A}: {bad}"))]);
+        let out = run(&fixture(OTHER, json!({ B: "server.unreserved_ram > 1024", A: bad })));
+        assert!(out.remaining.is_empty());
+        assert_eq!(out.reason_list(), [("*".to_string(), format!("Error running filter for owner {A}: {bad}"))]);
+    }
+
+    #[test]
+    fn no_filters_skip_and_no_servers_still_report() {
+        let out = run(&Fixture::new(servers()));
+        assert_eq!(out.remaining.len(), 3);
+        assert_eq!(out.reason_list(), [("skip".to_string(), "No filter_owner_server default to run".to_string())]);
+        let f = fixture(A, json!({ A: "server.ram > 128" }));
+        let mut req = f.request();
+        let mut reasons = Reasons::default();
+        let kept = HardFilterOwnersServers.run(&mut req, &[], &mut reasons).expect("runs");
+        assert!(kept.is_empty());
+        assert_eq!(reasons.get("*"), Some(format!("Servers pass filter for owner {A}: server.ram > 128").as_str()));
+    }
+
+    #[test]
+    fn a_falsy_snippet_for_the_owner_counts_as_none() {
+        // The owner's own empty snippet is skipped; it still runs (and matches nothing) as a
+        // filter of others.
+        let out = run(&fixture(A, json!({ A: "", B: "server.rack_identifier === 'R03'" })));
+        assert_eq!(out.remaining, [S0, S1]);
+        assert_eq!(out.reason(S2), Some(format!("Removed by filter for owner {B}").as_str()));
+    }
+
+    #[test]
+    fn filters_see_what_earlier_steps_wrote() {
+        let f = fixture(
+            A,
+            json!({ A: "server.score === 0 && server.overprovision_ratios && server.overprovision_ratios.cpu === 4" }),
+        );
+        let mut req = f.request();
+        req.state[1].ratios = Some(Js::from_json(&json!({"cpu": 4, "ram": 1})));
+        let out = run_on(&mut req, &HardFilterOwnersServers);
+        assert_eq!(out.remaining, [S1]);
+        let out = run(&fixture(A, json!({ A: "server.unreserved_ram >= 1024 && server.reserved === false" })));
+        assert_eq!(out.remaining, [S0, S2]);
     }
 }

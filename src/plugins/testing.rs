@@ -2,6 +2,7 @@
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::Plugin;
@@ -62,6 +63,8 @@ pub fn with(mut base: Value, changes: Value) -> Value {
 /// A request under test.
 pub struct Fixture {
     pub servers: Vec<Server>,
+    /// The servers' JSON, as a request body carries it.
+    pub raw_servers: Vec<Box<RawValue>>,
     pub vm: VmPayload,
     pub image: Image,
     pub package: Option<Package>,
@@ -100,8 +103,13 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 impl Fixture {
     /// Servers from JSON; the VM is `{}`-like with a brand and owner, CNAPI's defaults.
     pub fn new(servers: Vec<Value>) -> Fixture {
+        let raw_servers = servers
+            .iter()
+            .map(|s| serde_json::value::to_raw_value(s).unwrap_or_else(|e| panic!("test server JSON: {e}")))
+            .collect();
         Fixture {
             servers: servers.into_iter().map(from).collect(),
+            raw_servers,
             vm: from(
                 json!({"vm_uuid": "00000000-0000-0000-0000-0000000000aa", "owner_uuid": "00000000-0000-0000-0000-0000000000bb", "brand": "joyent", "ram": 1024}),
             ),
@@ -143,7 +151,7 @@ impl Fixture {
 
     /// A fresh working set with a seeded RNG.
     pub fn request(&self) -> Request<'_> {
-        Request::new(
+        let mut req = Request::new(
             &self.servers,
             &self.vm,
             &self.image,
@@ -151,7 +159,9 @@ impl Fixture {
             &self.tickets,
             &self.defaults,
             StdRng::seed_from_u64(1),
-        )
+        );
+        req.raw_servers = self.raw_servers.iter().map(|r| &**r).collect();
+        req
     }
 
     /// Runs `plugin` on every server, in order.
