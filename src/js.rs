@@ -347,25 +347,22 @@ pub fn to_fixed2(n: f64) -> String {
     format!("{n:.2}")
 }
 
-/// JS `<` between two values: strings compare by UTF-16 code units, anything else as numbers.
+/// JS `<` between two values: objects become strings first (ToPrimitive); two strings
+/// compare by UTF-16 code units, anything else as numbers.
 pub fn js_lt(a: &Js, b: &Js) -> bool {
-    match (a, b) {
+    let (a, b) = (to_primitive(a), to_primitive(b));
+    match (&*a, &*b) {
         (Js::Str(x), Js::Str(y)) => str_lt(x, y),
-        _ => {
-            let (x, y) = (prim_num(a), prim_num(b));
-            x < y
-        }
+        (x, y) => x.num() < y.num(),
     }
 }
 
-/// JS `<=` (`!(b < a)` unless a NaN is involved).
+/// JS `<=`: false whenever a NaN is involved.
 pub fn js_le(a: &Js, b: &Js) -> bool {
-    match (a, b) {
+    let (a, b) = (to_primitive(a), to_primitive(b));
+    match (&*a, &*b) {
         (Js::Str(x), Js::Str(y)) => !str_lt(y, x),
-        _ => {
-            let (x, y) = (prim_num(a), prim_num(b));
-            x <= y
-        }
+        (x, y) => x.num() <= y.num(),
     }
 }
 
@@ -377,11 +374,11 @@ pub fn js_ge(a: &Js, b: &Js) -> bool {
     js_le(b, a)
 }
 
-/// Relational comparisons convert objects through `String()` first (ToPrimitive).
-fn prim_num(v: &Js) -> f64 {
+/// Arrays and objects compare through `String(x)`.
+fn to_primitive(v: &Js) -> std::borrow::Cow<'_, Js> {
     match v {
-        Js::Arr(_) | Js::Obj(_) => string_to_number(&v.to_js_string()),
-        other => other.num(),
+        Js::Arr(_) | Js::Obj(_) => std::borrow::Cow::Owned(Js::Str(v.to_js_string().into())),
+        other => std::borrow::Cow::Borrowed(other),
     }
 }
 
@@ -602,6 +599,8 @@ mod tests {
         assert!(!js_ge(&Js::Undefined, &Js::str("7.0")));
         assert!(js_ge(&Js::str("20170316T213525Z"), &Js::str("20160613T123039Z")));
         assert!(js_lt(&Js::Num(2.0), &Js::str("10")));
+        assert!(js_lt(&js("[\"10\"]"), &Js::str("7")));
+        assert!(!js_lt(&js("{}"), &Js::str("[object Array]")));
     }
 
     #[test]
