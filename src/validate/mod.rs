@@ -2,14 +2,31 @@
 //! (see `VALIDATION.md` of the spec).
 //!
 //! * [`validate_allocate`]: the checks CNAPI ran on `/allocate` parameters before calling
-//!   the allocator (image, package, VM payload, NIC tag requirements), first failure wins.
+//!   the allocator (image, package, VM payload, NIC tag requirements), first failure wins,
+//!   plus dapi's own checks of what the production chain's plugins assert (VM `brand`,
+//!   `vcpus`) and of the tickets.
 //! * [`validate_server`]: the dapi server JSON schema, used by `hard-filter-invalid-servers`.
 //! * [`validate_defaults`]: the allocator defaults, checked once at start-up.
+
+mod defaults;
+mod patterns;
+mod payload;
+mod schema;
+mod server;
 
 use serde::Serialize;
 
 use crate::js::Js;
-use crate::model::{AllocateBody, Server};
+use crate::model::AllocateBody;
+
+pub use defaults::validate_defaults;
+pub use patterns::{is_platform, is_uuid};
+pub use payload::{
+    validate_affinity, validate_image, validate_locality, validate_nic_tag_requirements, validate_package,
+    validate_platform_limits, validate_ticket, validate_tickets, validate_traits, validate_vm_extensions,
+    validate_vm_payload,
+};
+pub use server::validate_server;
 
 /// One bad request field: `{field, code, message}` as CNAPI reported it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -28,22 +45,46 @@ impl FieldError {
 /// Runs CNAPI's `/allocate` validations in order; the first failure is returned.
 /// Side effects as in the original: `internal_metadata["docker:volumesfrom"]` is parsed into
 /// `vm.volumes_from`, and a package's `min_platform`/`max_platform`/`traits` given as JSON
-/// text are replaced by the parsed value.
+/// text are replaced by the parsed value. Run it once per request.
+///
+/// Order: image, package, VM payload, then dapi's VM checks (`brand`, `vcpus`), the NIC tag
+/// requirements, the NIC tags and the tickets.
 pub fn validate_allocate(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
-    let _ = body;
-    Ok(())
-}
-
-/// The dapi server schema; `None` when valid, else the first violation's message.
-pub fn validate_server(server: &Server) -> Option<String> {
-    let _ = server;
-    None
-}
-
-/// `validateDefaults`: `Err` holds the message (e.g. `Defaults filter_headnode is not boolean`).
-pub fn validate_defaults(defaults: &Js) -> Result<(), String> {
-    if defaults.as_obj().is_none() {
-        return Err("Defaults object is an invalid type".into());
+    match first_failure(body) {
+        Some((field, message)) => Err(FieldError::invalid(field, message)),
+        None => Ok(()),
     }
-    Ok(())
 }
+
+fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> {
+    if let Some(msg) = validate_image(&body.image) {
+        return Some(("image", msg));
+    }
+    if let Some(msg) = body.package.as_mut().and_then(validate_package) {
+        return Some(("package", msg));
+    }
+    if let Some(msg) = validate_vm_payload(&mut body.vm, &body.image.requirements) {
+        return Some(("vm", msg));
+    }
+    if let Some(msg) = validate_vm_extensions(&body.vm) {
+        return Some(("vm", msg));
+    }
+    let requirements = &body.vm.nic_tag_requirements;
+    if let Some(msg) = (!requirements.is_undefined()).then(|| validate_nic_tag_requirements(requirements)).flatten() {
+        return Some(("nic_tag_requirements", msg));
+    }
+    if let Some(msg) = check_nic_tags(&body.vm.nic_tags) {
+        return Some(("nic_tags", msg));
+    }
+    validate_tickets(&body.tickets).map(|msg| ("tickets", msg))
+}
+
+/// CNAPI's own check of the `nic_tags` parameter: every element a string. (The VM payload
+/// check, which runs first, already refuses what this refuses when the tags sit in the VM.)
+fn check_nic_tags(tags: &Js) -> Option<String> {
+    let bad = tags.as_arr().is_some_and(|t| t.iter().any(|tag| tag.as_str().is_none()));
+    bad.then(|| "invalid nic_tag".to_string())
+}
+
+#[cfg(test)]
+mod tests;

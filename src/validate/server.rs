@@ -1,0 +1,178 @@
+//! `validateServer`: the dapi server JSON schema (`VALIDATION.md` §9), walked depth-first in
+//! schema order so the first violation reported is the one the original reported.
+//!
+//! The walk reads the typed [`Server`]: every schema property has a field there, and
+//! sub-objects received as objects are [`Shape::Obj`] (their string form, should a message
+//! need it, is `[object object]`). Keys of `vms`, `Network Interfaces` and
+//! `overprovision_ratios` are visited in JS enumeration order.
+
+use crate::js::{Js, JsObject};
+use crate::model::{Nic, Server, ServerVm, Shape, Sysinfo};
+
+use super::patterns::first_in_js_order;
+use super::schema::{self, property, Leaf, Pattern, Ty};
+
+const UUID: Leaf = Leaf::of(Ty::String).required().pattern(Pattern::Uuid);
+const COUNT_0: Leaf = Leaf::of(Ty::Integer).required().min(0.0);
+const COUNT_1: Leaf = Leaf::of(Ty::Integer).required().min(1.0);
+const FLAG: Leaf = Leaf::of(Ty::Boolean).required();
+const RESERVATION_RATIO: Leaf = Leaf::of(Ty::Number).required().min(0.0).max(1.0);
+/// Written as an exclusive minimum of 0, which the validator ignores.
+const OVERPROVISION_RATIO: Leaf = Leaf::of(Ty::Number).min(0.0);
+const OVERPROVISION_KEYS: [&str; 5] = ["ram", "disk", "cpu", "io", "net"];
+
+const CPU_COUNT: Leaf = Leaf::of(Ty::Integer).min(1.0);
+const LINK_STATUS: Leaf = Leaf::of(Ty::String).required().one_of(&["up", "down", "unknown"]);
+const NIC_NAME: Leaf = Leaf::of(Ty::String).min_len(1);
+
+const VM_MAX_PHYSICAL_MEMORY: Leaf = Leaf::of(Ty::Integer).required().min(1.0);
+const VM_QUOTA: Leaf = Leaf::of(Ty::Number).min(0.0);
+const VM_CPU_CAP: Leaf = Leaf::of(Ty::Integer).min(1.0);
+const VM_STATE: Leaf = Leaf::of(Ty::String).required().min_len(1);
+
+/// Names an `Object.prototype` member: the validator's "is this key declared" test reads
+/// `schema.properties[key]`, which finds these inherited members, so such keys are never
+/// reported as unsupported.
+const INHERITED: [&str; 7] =
+    ["constructor", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "toString", "valueOf"];
+
+/// The dapi server schema; `None` when valid, else the first violation's message, e.g.
+/// `property "memory_total_bytes": is missing and it is required`.
+pub fn validate_server(s: &Server) -> Option<String> {
+    let top: [(&str, &Js, Leaf); 14] = [
+        ("uuid", &s.uuid, UUID),
+        ("memory_available_bytes", &s.memory_available_bytes, COUNT_0),
+        ("memory_total_bytes", &s.memory_total_bytes, COUNT_1),
+        ("disk_pool_size_bytes", &s.disk_pool_size_bytes, COUNT_1),
+        ("disk_pool_alloc_bytes", &s.disk_pool_alloc_bytes, COUNT_0),
+        ("disk_system_used_bytes", &s.disk_system_used_bytes, COUNT_0),
+        ("disk_installed_images_used_bytes", &s.disk_installed_images_used_bytes, COUNT_0),
+        ("disk_cores_quota_used_bytes", &s.disk_cores_quota_used_bytes, COUNT_0),
+        ("disk_zone_quota_bytes", &s.disk_zone_quota_bytes, COUNT_0),
+        ("disk_kvm_quota_bytes", &s.disk_kvm_quota_bytes, COUNT_0),
+        ("disk_kvm_zvol_volsize_bytes", &s.disk_kvm_zvol_volsize_bytes, COUNT_0),
+        ("reserved", &s.reserved, FLAG),
+        ("setup", &s.setup, FLAG),
+        ("reservation_ratio", &s.reservation_ratio, RESERVATION_RATIO),
+    ];
+    for (name, value, leaf) in top {
+        if let Some(reason) = leaf.check(value) {
+            return Some(property(name, &reason));
+        }
+    }
+    match schema::object(&s.overprovision_ratios, false) {
+        Err(reason) => return Some(property("overprovision_ratios", &reason)),
+        Ok(Some(ratios)) => {
+            if let Some(msg) = overprovision_ratios(ratios) {
+                return Some(msg);
+            }
+        }
+        Ok(None) => {}
+    }
+    match schema::shape(&s.sysinfo, true) {
+        Err(reason) => return Some(property("sysinfo", &reason)),
+        Ok(Some(sysinfo)) => {
+            if let Some(msg) = validate_sysinfo(sysinfo) {
+                return Some(msg);
+            }
+        }
+        Ok(None) => {}
+    }
+    // The traits schema only ever applies its type: nothing nested is checked.
+    if let Err(reason) = schema::object(&s.traits, false) {
+        return Some(property("traits", &reason));
+    }
+    match schema::shape(&s.vms, false) {
+        Err(reason) => Some(property("vms", &reason)),
+        Ok(Some(vms)) => first_in_js_order(vms, validate_vm),
+        Ok(None) => None,
+    }
+}
+
+fn overprovision_ratios(ratios: &JsObject) -> Option<String> {
+    for key in OVERPROVISION_KEYS {
+        if let Some(reason) = OVERPROVISION_RATIO.check(ratios.get(key).unwrap_or(&Js::Undefined)) {
+            return Some(property(&format!("overprovision_ratios.{key}"), &reason));
+        }
+    }
+    // `additionalProperties: false`; jsprim names the key (lower-cased with the reason).
+    first_in_js_order(ratios, |key, _| {
+        let declared = OVERPROVISION_KEYS.contains(&key) || INHERITED.contains(&key) || key.starts_with("__");
+        (!declared).then(|| property(&format!("overprovision_ratios.{}", key.to_lowercase()), "unsupported property"))
+    })
+}
+
+fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
+    let before_nics: [(&str, &Js, Leaf); 10] = [
+        ("Bhyve Capable", &si.bhyve_capable, Leaf::of(Ty::Boolean)),
+        ("Bhyve Max Vcpus", &si.bhyve_max_vcpus, Leaf::of(Ty::Integer).min(0.0)),
+        ("CPU Total Cores", &si.cpu_total_cores, CPU_COUNT),
+        ("CPU Socket Count", &si.cpu_socket_count, CPU_COUNT),
+        ("CPU Core Count", &si.cpu_core_count, CPU_COUNT),
+        ("CPU Online Count", &si.cpu_online_count, CPU_COUNT),
+        ("CPU Count", &si.cpu_count, CPU_COUNT),
+        ("Admin NIC Tag", &si.admin_nic_tag, Leaf::of(Ty::String)),
+        ("Admin IP", &si.admin_ip, Leaf::of(Ty::String).pattern(Pattern::Ipv4)),
+        ("HVM API", &si.hvm_api, Leaf::of(Ty::Boolean)),
+    ];
+    for (name, value, leaf) in before_nics {
+        if let Some(reason) = leaf.check(value) {
+            return Some(property(&format!("sysinfo.{name}"), &reason));
+        }
+    }
+    match schema::shape(&si.network_interfaces, true) {
+        Err(reason) => return Some(property("sysinfo.Network Interfaces", &reason)),
+        Ok(Some(nics)) => {
+            if let Some(msg) = first_in_js_order(nics, validate_nic) {
+                return Some(msg);
+            }
+        }
+        Ok(None) => {}
+    }
+    let after_nics: [(&str, &Js, Leaf); 2] = [
+        ("Live Image", &si.live_image, Leaf::of(Ty::String).required().min_len(1)),
+        ("SDC Version", &si.sdc_version, Leaf::of(Ty::String).min_len(1)),
+    ];
+    for (name, value, leaf) in after_nics {
+        if let Some(reason) = leaf.check(value) {
+            return Some(property(&format!("sysinfo.{name}"), &reason));
+        }
+    }
+    None
+}
+
+fn validate_nic(name: &str, nic: &Shape<Nic>) -> Option<String> {
+    let path = || format!("sysinfo.Network Interfaces.{name}");
+    let nic = match schema::shape(nic, false) {
+        Err(reason) => return Some(property(&path(), &reason)),
+        Ok(None) => return None,
+        Ok(Some(nic)) => nic,
+    };
+    if let Some(reason) = LINK_STATUS.check(&nic.link_status) {
+        return Some(property(&format!("{}.Link Status", path()), &reason));
+    }
+    match schema::array(&nic.nic_names, true) {
+        Err(reason) => Some(property(&format!("{}.NIC Names", path()), &reason)),
+        Ok(names) => names.unwrap_or_default().iter().enumerate().find_map(|(i, n)| {
+            NIC_NAME.check(n).map(|reason| property(&format!("{}.NIC Names[{i}]", path()), &reason))
+        }),
+    }
+}
+
+fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
+    let vm = match schema::shape(vm, false) {
+        Err(reason) => return Some(property(&format!("vms.{key}"), &reason)),
+        Ok(None) => return None,
+        Ok(Some(vm)) => vm,
+    };
+    let fields: [(&str, &Js, Leaf); 5] = [
+        ("owner_uuid", &vm.owner_uuid, UUID),
+        ("max_physical_memory", &vm.max_physical_memory_mib, VM_MAX_PHYSICAL_MEMORY),
+        ("quota", &vm.quota_gib, VM_QUOTA),
+        ("cpu_cap", &vm.cpu_cap_pct, VM_CPU_CAP),
+        ("state", &vm.state, VM_STATE),
+    ];
+    fields
+        .into_iter()
+        .find_map(|(name, value, leaf)| leaf.check(value).map(|reason| property(&format!("vms.{key}.{name}"), &reason)))
+}
