@@ -1,9 +1,28 @@
-//! `score-next-reboot`: TODO (not yet implemented).
+//! `score-next-reboot`: favours servers that will not be rebooted soon. Servers are put in
+//! buckets and scored per bucket with `linear_buckets`: first every server with no usable
+//! scheduled reboot, then the others latest `next_reboot` first, grouped by week (a bucket
+//! holds the reboots within 7 days after its first member's). A negative weight reverses
+//! the bucket order. There is no skip for weight 0.
+//!
+//! The dates are ISO strings compared as strings, as in the original, including the week
+//! limit (`YYYY-MM-DDTHH:MM:SS.sssZ` of 7 days before the bucket's first reboot). The
+//! original sorts with a broken comparator; this implements the intended descending order
+//! (the recorded cases were made that way). Odd values (numbers, non-ISO strings) are
+//! treated as the original treats them; where it would throw (an unreadable date becomes the
+//! latest reboot or a bucket's first member), servers with unreadable dates count as
+//! unscheduled instead. Only ISO date strings are read as dates; one without an offset is
+//! read as UTC (the original uses the process's time zone; Triton nodes run UTC).
 
+use super::shared::js_sort::js_sort_by;
+use super::shared::scoring::{linear_buckets, parse_js_date, to_iso_string, WEEK_MS};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::{js_gt, js_lt, Js};
 
 pub struct ScoreNextReboot;
+
+/// `new Date(0).toISOString()`: where the search for the latest reboot starts.
+const EPOCH_ISO: &str = "1970-01-01T00:00:00.000Z";
 
 impl Plugin for ScoreNextReboot {
     fn name(&self) -> &'static str {
@@ -17,10 +36,262 @@ impl Plugin for ScoreNextReboot {
     }
     fn run(
         &self,
-        _req: &mut Request<'_>,
-        _servers: &[ServerId],
-        _reasons: &mut Reasons,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        Err(PluginError("score-next-reboot is not implemented yet".into()))
+        if servers.len() < 2 {
+            reasons.skip("One or fewer servers");
+            return Ok(servers.to_vec());
+        }
+        let mut buckets = buckets(req, servers);
+        let weight = req.defaults.weight_next_reboot.num();
+        if weight < 0.0 {
+            buckets.reverse();
+        }
+        linear_buckets(req, &buckets, weight.abs(), reasons)?;
+        Ok(servers.to_vec())
+    }
+}
+
+/// `new Date(value)` in milliseconds (NaN for an invalid date). Only the ISO forms are read
+/// from strings (the JS engine also accepts other formats).
+fn date_ms(value: &Js) -> f64 {
+    match value {
+        Js::Str(text) => parse_js_date(text).unwrap_or(f64::NAN),
+        // A time value beyond the Date range is invalid; fractions are dropped.
+        Js::Num(n) if n.abs() <= 8.64e15 => n.trunc() + 0.0,
+        Js::Num(_) | Js::Undefined => f64::NAN,
+        other => other.num(),
+    }
+}
+
+/// `new Date(new Date(value) - WEEK).toISOString()`; `None` where JS throws.
+fn week_before(value: &Js) -> Option<String> {
+    to_iso_string(date_ms(value) - WEEK_MS)
+}
+
+/// Objects take part in comparisons as their string form (JS `ToPrimitive`).
+fn primitive(value: &Js) -> Js {
+    match value {
+        Js::Arr(_) | Js::Obj(_) => Js::Str(value.to_js_string().into()),
+        other => other.clone(),
+    }
+}
+
+/// The buckets, highest-scoring first for a positive weight.
+///
+/// Follows the original step by step, including its quirks (a non-date `next_reboot` that
+/// is truthy counts as scheduled and compares the JS way; when no reboot sorts after the
+/// epoch an empty bucket is made, which still takes a share). Where the original would
+/// throw (an unreadable date becomes the latest reboot or a bucket's anchor), the servers
+/// with unreadable dates are counted as unscheduled instead.
+fn buckets(req: &Request<'_>, servers: &[ServerId]) -> Vec<Vec<ServerId>> {
+    bucket(req, servers, false).or_else(|| bucket(req, servers, true)).unwrap_or_else(|| vec![servers.to_vec()])
+}
+
+/// One bucketing pass; `None` where the original throws. With `strict`, only dates that can
+/// be read and moved back a week count as scheduled, so it always succeeds.
+fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<Vec<ServerId>>> {
+    let mut unscheduled = Vec::new();
+    let mut scheduled: Vec<(ServerId, Js)> = Vec::new();
+    let mut latest = Js::str(EPOCH_ISO);
+    for &id in servers {
+        let server = req.server(id);
+        let next = primitive(&server.next_reboot);
+        // A reboot before the last boot is stale: as good as none.
+        if !next.truthy() || js_lt(&next, &primitive(&server.last_boot)) || (strict && week_before(&next).is_none()) {
+            unscheduled.push(id);
+            continue;
+        }
+        if js_lt(&latest, &next) {
+            latest = next.clone();
+        }
+        scheduled.push((id, next));
+    }
+
+    let mut buckets = Vec::new();
+    if !unscheduled.is_empty() {
+        buckets.push(unscheduled);
+    }
+    // The intended order: ascending by the JS relational operators (as the engine sorts),
+    // then reversed, so latest first.
+    let mut order: Vec<usize> = (0..scheduled.len()).collect();
+    js_sort_by(&mut order, |&a, &b| {
+        let (x, y) = (&scheduled[a].1, &scheduled[b].1);
+        if js_gt(x, y) {
+            1.0
+        } else if js_lt(x, y) {
+            -1.0
+        } else {
+            0.0
+        }
+    });
+    order.reverse();
+
+    let mut limit = week_before(&latest)?;
+    let mut bucket = Vec::new();
+    for i in order {
+        let (id, next) = &scheduled[i];
+        if js_gt(next, &Js::str(&limit)) {
+            bucket.push(*id);
+        } else {
+            buckets.push(std::mem::take(&mut bucket));
+            bucket.push(*id);
+            limit = week_before(next)?;
+        }
+    }
+    if !bucket.is_empty() {
+        buckets.push(bucket);
+    }
+    Some(buckets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{run_on, server, with, Fixture, Outcome};
+    use serde_json::{json, Value};
+
+    const DAY_MS: f64 = 86_400_000.0;
+    /// A fixed "now" for the relative dates.
+    const NOW_MS: f64 = 1_461_160_916_447.0;
+
+    fn day(offset: f64) -> String {
+        to_iso_string(NOW_MS + offset * DAY_MS).expect("valid date")
+    }
+
+    fn at(uuid: &str, next: Option<f64>, last: Option<f64>) -> Value {
+        let mut changes = json!({});
+        if let Some(n) = next {
+            changes["next_reboot"] = json!(day(n));
+        }
+        if let Some(l) = last {
+            changes["last_boot"] = json!(day(l));
+        }
+        with(server(uuid), changes)
+    }
+
+    /// A +75, B +70, C +10, D unscheduled, E stale (−35, booted −30), F today (booted −30).
+    fn six() -> Vec<Value> {
+        vec![
+            at("A", Some(75.0), None),
+            at("B", Some(70.0), None),
+            at("C", Some(10.0), None),
+            at("D", None, None),
+            at("E", Some(-35.0), Some(-30.0)),
+            at("F", Some(0.0), Some(-30.0)),
+        ]
+    }
+
+    fn run(f: &Fixture) -> Outcome {
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        run_on(&mut req, &ScoreNextReboot)
+    }
+
+    fn scores(out: &Outcome) -> Vec<f64> {
+        out.state.iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn unscheduled_first_then_latest_reboots_by_week() {
+        let out = run(&Fixture::new(six()).defaults(json!({"weight_next_reboot": 3})));
+        assert_eq!(out.remaining, ["A", "B", "C", "D", "E", "F"]);
+        assert_eq!(scores(&out), [3.0, 3.0, 2.0, 4.0, 4.0, 1.0]);
+        assert_eq!(out.reason("D"), Some("increased score by 3.00 to 4.00"));
+        assert_eq!(out.reason("E"), Some("increased score by 3.00 to 4.00"));
+        assert_eq!(out.reason("A"), Some("increased score by 2.00 to 3.00"));
+        assert_eq!(out.reason("C"), Some("increased score by 1.00 to 2.00"));
+        assert_eq!(out.reason("F"), Some("increased score by 0.00 to 1.00"));
+        // Reasons follow the buckets: unscheduled first, then latest first.
+        let keys: Vec<String> = out.reason_list().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["D", "E", "A", "B", "C", "F"]);
+    }
+
+    #[test]
+    fn negative_weight_reverses_the_buckets() {
+        let out = run(&Fixture::new(six()).defaults(json!({"weight_next_reboot": -3})));
+        assert_eq!(scores(&out), [2.0, 2.0, 3.0, 1.0, 1.0, 4.0]);
+        assert_eq!(out.reason("F"), Some("increased score by 3.00 to 4.00"));
+    }
+
+    #[test]
+    fn one_or_no_servers_skip() {
+        let skip = [("skip".to_string(), "One or fewer servers".to_string())];
+        assert_eq!(run(&Fixture::new(vec![at("A", Some(1.0), None)])).reason_list(), skip);
+        assert_eq!(run(&Fixture::new(vec![])).reason_list(), skip);
+    }
+
+    #[test]
+    fn buckets_are_anchored_on_their_first_member() {
+        // 20, 15, 10, 5 days: 15 joins 20's week; 10 starts a new one (not within 7 days of
+        // 20), 5 joins 10's. Not sliding: 10 is within 7 days of 15 yet starts a bucket.
+        let list = vec![
+            at("a", Some(20.0), None),
+            at("b", Some(15.0), None),
+            at("c", Some(10.0), None),
+            at("d", Some(5.0), None),
+        ];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 1})));
+        assert_eq!(scores(&out), [2.0, 2.0, 1.0, 1.0]);
+        // Exactly 7 days before the anchor is outside (the limit is exclusive).
+        let list = vec![at("a", Some(20.0), None), at("b", Some(13.0), None)];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 1})));
+        assert_eq!(scores(&out), [2.0, 1.0]);
+    }
+
+    #[test]
+    fn all_unscheduled_or_all_in_one_week_get_the_whole_weight() {
+        let out = run(&Fixture::new(vec![at("a", None, None), at("b", None, None)]));
+        assert_eq!(scores(&out), [1.5, 1.5]);
+        let list = vec![at("a", Some(3.0), None), at("b", Some(1.0), None)];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 0})));
+        assert_eq!(out.reason("a"), Some("increased score by 0.00 to 1.00"));
+    }
+
+    #[test]
+    fn odd_values_compare_the_js_way() {
+        // A number is a valid `new Date(...)` and is scheduled; it never compares greater
+        // than a date string, so it ends up in the last bucket (as the original does).
+        let list = vec![
+            with(server("num"), json!({"next_reboot": 12345})),
+            at("later", Some(30.0), None),
+            at("soon", Some(1.0), None),
+        ];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 2})));
+        assert_eq!(scores(&out), [1.0, 3.0, 2.0]);
+    }
+
+    #[test]
+    fn unreadable_dates_that_make_the_original_throw_count_as_unscheduled() {
+        // "zzz" sorts after every date, so the original computes its week limit and throws.
+        let list = vec![
+            with(server("zzz"), json!({"next_reboot": "zzz"})),
+            at("later", Some(30.0), None),
+            at("soon", Some(1.0), None),
+        ];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 2})));
+        assert_eq!(scores(&out), [3.0, 2.0, 1.0]);
+        // Readable odd values keep their JS treatment in that case: only "bad" moves.
+        let list = vec![
+            with(server("bad"), json!({"next_reboot": "next tuesday"})),
+            with(server("num"), json!({"next_reboot": 12345})),
+            at("later", Some(30.0), None),
+            at("soon", Some(1.0), None),
+        ];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 2})));
+        assert_eq!(scores(&out), [3.0, 1.0, 1.0 + 4.0 / 3.0, 1.0 + 2.0 / 3.0]);
+    }
+
+    #[test]
+    fn reboots_before_the_epoch_make_an_empty_first_bucket() {
+        // The latest-reboot search starts at the epoch, so for reboots all before it the
+        // first limit is 1969-12-25 and the first server closes an empty bucket, which still
+        // takes a share: buckets [unscheduled], [], [1969-06-01] → 2, 1, 0.
+        let list =
+            vec![at("none", None, None), with(server("old"), json!({"next_reboot": "1969-06-01T00:00:00.000Z"}))];
+        let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 2})));
+        assert_eq!(scores(&out), [3.0, 1.0]);
     }
 }

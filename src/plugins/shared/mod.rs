@@ -1,6 +1,7 @@
 //! Logic shared by several plugins, written once.
 
 pub mod affinity;
+pub mod js_sort;
 pub mod locality;
 pub mod owner_filter;
 pub mod platform;

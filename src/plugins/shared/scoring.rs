@@ -1,1 +1,490 @@
-//! (to be written)
+//! What the six scorers share: the three ways of turning an order or raw values into score
+//! increments (`linear`, `linear_buckets`, `normalize`, `PIPELINE.md` §5), the deprecated
+//! spread setting (§5.5), and JS date parsing/formatting for the date-based scorers.
+//!
+//! Scores are plain doubles accumulated in `req.state[id].score`; the arithmetic below keeps
+//! the original's evaluation order so that results match to the last bit (e.g.
+//! `3.9999999999999996`). Every increment writes `increased score by X.XX to Y.YY` under the
+//! server's key. The original asserts that scores are numbers before adding to them; a NaN
+//! score here is an internal error (it cannot happen while all weights are filled in, which
+//! `Defaults` guarantees).
+
+use crate::engine::{Reasons, Request, ServerId};
+use crate::js::{to_fixed2, Js};
+use crate::plugins::PluginError;
+
+/// The deprecated spread in force: the package's `alloc_server_spread` if truthy, else
+/// `defaults.server_spread` (possibly `undefined`).
+pub fn spread<'a>(req: &'a Request<'_>) -> &'a Js {
+    match &req.package {
+        Some(pkg) if pkg.package.alloc_server_spread.truthy() => &pkg.package.alloc_server_spread,
+        _ => &req.defaults.server_spread,
+    }
+}
+
+/// The skip message of a scorer that a spread setting switches off.
+pub fn spread_skip(spread: &Js) -> String {
+    format!("pkg or default set to spread with: {}", spread.to_js_string())
+}
+
+/// Adds `delta` to the server's score and records the reason.
+fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons) {
+    let score = req.state[id].score + delta;
+    req.state[id].score = score;
+    reasons.set(req.key(id), format!("increased score by {} to {}", to_fixed2(delta), to_fixed2(score)));
+}
+
+/// The original's "score must be a number" assertion, as an internal error.
+fn check_scores(req: &Request<'_>, ids: impl IntoIterator<Item = ServerId>) -> Result<(), PluginError> {
+    for id in ids {
+        if req.state[id].score.is_nan() {
+            return Err(PluginError(format!("score of server {} is not a number", req.key(id))));
+        }
+    }
+    Ok(())
+}
+
+/// Position-based increments: the first server in `order` gets the whole `weight`, the last
+/// nothing, the others evenly in between (so tied raw values get different increments).
+pub fn linear(
+    req: &mut Request<'_>,
+    order: &[ServerId],
+    weight: f64,
+    reasons: &mut Reasons,
+) -> Result<(), PluginError> {
+    match order.len() {
+        0 => {}
+        // A single server is not checked for a NaN score, as in the original.
+        1 => bump(req, order[0], weight, reasons),
+        n => {
+            check_scores(req, order.iter().copied())?;
+            let step = 1.0 / (n - 1) as f64;
+            for (i, &id) in order.iter().enumerate() {
+                let delta = ((n - 1 - i) as f64 * step) * weight;
+                bump(req, id, delta, reasons);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Like [`linear`], per bucket: every server in bucket `i` gets the same increment. A single
+/// bucket gets the whole weight. Returns the buckets flattened.
+pub fn linear_buckets(
+    req: &mut Request<'_>,
+    buckets: &[Vec<ServerId>],
+    weight: f64,
+    reasons: &mut Reasons,
+) -> Result<Vec<ServerId>, PluginError> {
+    let b = buckets.len();
+    if b == 0 {
+        return Ok(Vec::new());
+    }
+    check_scores(req, buckets.iter().flatten().copied())?;
+    // Infinite for a single bucket; the non-finite delta then falls back to the weight.
+    let step = 1.0 / (b as f64 - 1.0);
+    for (i, bucket) in buckets.iter().enumerate() {
+        let mut delta = ((b - 1 - i) as f64 * step) * weight;
+        if !delta.is_finite() {
+            delta = weight;
+        }
+        for &id in bucket {
+            bump(req, id, delta, reasons);
+        }
+    }
+    Ok(buckets.concat())
+}
+
+/// Value-based increments: raw values are scaled into `[0, |weight|]` (highest raw gets the
+/// most for a positive weight, lowest for a negative one). When all raws are equal every
+/// server gets the signed `weight` itself.
+pub fn normalize(
+    req: &mut Request<'_>,
+    raws: &[(ServerId, f64)],
+    weight: f64,
+    reasons: &mut Reasons,
+) -> Result<(), PluginError> {
+    if raws.is_empty() {
+        return Ok(());
+    }
+    check_scores(req, raws.iter().map(|&(id, _)| id))?;
+    if let Some(&(id, _)) = raws.iter().find(|(_, raw)| raw.is_nan()) {
+        return Err(PluginError(format!("raw score of server {} is not a number", req.key(id))));
+    }
+    let min = raws.iter().fold(f64::INFINITY, |m, &(_, r)| m.min(r));
+    let max = raws.iter().fold(f64::NEG_INFINITY, |m, &(_, r)| m.max(r));
+    let scale = (1.0 / (max - min)) * weight.abs();
+    for &(id, raw) in raws {
+        let delta = if min == max {
+            weight
+        } else {
+            let distance = if weight > 0.0 { raw - min } else { max - raw };
+            distance * scale
+        };
+        bump(req, id, delta, reasons);
+    }
+    Ok(())
+}
+
+/// A week in milliseconds.
+pub const WEEK_MS: f64 = 7.0 * 24.0 * 60.0 * 60.0 * 1000.0;
+
+/// The largest absolute time value a JS `Date` can hold, in milliseconds.
+const MAX_TIME_MS: f64 = 8.64e15;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date; `month`/`day` may overflow forward
+/// (day 31 of February is 2 or 3 March, as JS computes it).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468 + (day - 1)
+}
+
+/// The calendar date of a day number (inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Reads exactly `len` ASCII digits.
+fn digits(s: &[u8], len: usize) -> Option<(i64, &[u8])> {
+    if s.len() < len || !s[..len].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let value = s[..len].iter().fold(0i64, |v, d| v * 10 + i64::from(d - b'0'));
+    Some((value, &s[len..]))
+}
+
+/// Reads `sep` followed by two digits, if `s` starts with `sep`.
+fn part(s: &[u8], sep: u8) -> Option<Option<(i64, &[u8])>> {
+    match s.first() {
+        Some(&c) if c == sep => Some(digits(&s[1..], 2)),
+        _ => None,
+    }
+}
+
+/// `+new Date(text)` for the ISO forms JS dates are written in: `YYYY`, `YYYY-MM`,
+/// `YYYY-MM-DD` (or a signed six-digit year), optionally followed by `THH:MM`, `:SS`,
+/// `.fraction` and `Z` or `±HH:MM`. Ranges follow the JS engine (day 1–31 overflowing into
+/// the next month, hour 24 only as `24:00:00`). A date-time without an offset is read as UTC
+/// (the original reads it in the process's time zone; Triton nodes run UTC). Anything else,
+/// and times a JS `Date` cannot hold, give `None`.
+pub fn parse_js_date(text: &str) -> Option<f64> {
+    let s = text.as_bytes();
+    let (year, mut s) = match s.first() {
+        Some(&sign @ (b'+' | b'-')) => {
+            let (y, rest) = digits(&s[1..], 6)?;
+            if sign == b'-' && y == 0 {
+                return None;
+            }
+            (if sign == b'-' { -y } else { y }, rest)
+        }
+        _ => digits(s, 4)?,
+    };
+    let (mut month, mut day) = (1, 1);
+    if let Some(m) = part(s, b'-') {
+        let (m, rest) = m?;
+        month = m;
+        s = rest;
+        if let Some(d) = part(s, b'-') {
+            let (d, rest) = d?;
+            day = d;
+            s = rest;
+        }
+    }
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
+        return None;
+    }
+    let (mut hour, mut minute, mut second, mut millis, mut offset_min) = (0, 0, 0, 0, 0);
+    if s.first() == Some(&b'T') {
+        let (h, rest) = digits(&s[1..], 2)?;
+        let (m, rest) = part(rest, b':')??;
+        (hour, minute, s) = (h, m, rest);
+        if let Some(sec) = part(s, b':') {
+            let (sec, rest) = sec?;
+            (second, s) = (sec, rest);
+            if s.first() == Some(&b'.') {
+                let count = s[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                if count == 0 {
+                    return None;
+                }
+                // Milliseconds are the first three fraction digits; the rest is dropped.
+                millis = (0..3).fold(0, |v, i| v * 10 + if i < count { i64::from(s[1 + i] - b'0') } else { 0 });
+                s = &s[1 + count..];
+            }
+        }
+        let valid_time = hour < 24 && minute < 60 && second < 60;
+        let midnight_24 = hour == 24 && minute == 0 && second == 0 && millis == 0;
+        if !valid_time && !midnight_24 {
+            return None;
+        }
+        match s.first() {
+            Some(b'Z') => s = &s[1..],
+            Some(&sign @ (b'+' | b'-')) => {
+                let (oh, rest) = digits(&s[1..], 2)?;
+                let (om, rest) = part(rest, b':')??;
+                if oh > 23 || om > 59 {
+                    return None;
+                }
+                offset_min = (oh * 60 + om) * if sign == b'-' { -1 } else { 1 };
+                s = rest;
+            }
+            _ => {}
+        }
+    }
+    if !s.is_empty() {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    let ms =
+        days as f64 * 86_400_000.0 + ((hour * 60 + minute - offset_min) * 60 + second) as f64 * 1000.0 + millis as f64;
+    (ms.abs() <= MAX_TIME_MS).then_some(ms)
+}
+
+/// `new Date(ms).toISOString()`: `YYYY-MM-DDTHH:MM:SS.sssZ`, years outside 0–9999 as a
+/// signed six-digit year. `None` where JS throws (a time a `Date` cannot hold).
+pub fn to_iso_string(ms: f64) -> Option<String> {
+    if !ms.is_finite() || ms.abs() > MAX_TIME_MS {
+        return None;
+    }
+    // Whole milliseconds: a Date truncates its time value.
+    let ms = ms.trunc() as i64;
+    let days = ms.div_euclid(86_400_000);
+    let in_day = ms.rem_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    let year_text = if (0..=9999).contains(&year) {
+        format!("{year:04}")
+    } else {
+        format!("{}{:06}", if year < 0 { '-' } else { '+' }, year.abs())
+    };
+    Some(format!(
+        "{year_text}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        in_day / 3_600_000,
+        in_day / 60_000 % 60,
+        in_day / 1000 % 60,
+        in_day % 1000
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testing::{server, Fixture};
+
+    fn fixture(n: usize) -> Fixture {
+        Fixture::new((0..n).map(|i| server(&format!("s{i}"))).collect())
+    }
+
+    fn reasons_of(reasons: &Reasons) -> Vec<String> {
+        reasons.iter().map(|(k, v)| format!("{k}: {v}")).collect()
+    }
+
+    #[test]
+    fn linear_spreads_the_weight_by_position() {
+        let f = fixture(3);
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear(&mut req, &[0, 1, 2], 2.0, &mut reasons).expect("scores");
+        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 2.0, 1.0]);
+        assert_eq!(
+            reasons_of(&reasons),
+            [
+                "s0: increased score by 2.00 to 3.00",
+                "s1: increased score by 1.00 to 2.00",
+                "s2: increased score by 0.00 to 1.00"
+            ]
+        );
+
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear(&mut req, &[2, 0, 1], 3.0, &mut reasons).expect("scores");
+        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [2.5, 1.0, 4.0]);
+        assert_eq!(reasons.get("s0"), Some("increased score by 1.50 to 2.50"));
+        // Reasons follow the scoring order.
+        assert_eq!(reasons.iter().next().map(|(k, _)| k), Some("s2"));
+    }
+
+    #[test]
+    fn linear_edge_sizes() {
+        let f = fixture(2);
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear(&mut req, &[0, 1], 2.0, &mut reasons).expect("scores");
+        assert_eq!((req.state[0].score, req.state[1].score), (3.0, 1.0));
+
+        let mut req = f.request();
+        let mut reasons = Reasons::default();
+        linear(&mut req, &[1], 2.0, &mut reasons).expect("scores");
+        assert_eq!(reasons_of(&reasons), ["s1: increased score by 2.00 to 2.00"]);
+
+        let mut reasons = Reasons::default();
+        linear(&mut req, &[], 2.0, &mut reasons).expect("scores");
+        assert!(reasons.is_empty());
+    }
+
+    #[test]
+    fn linear_prints_exact_eighths_rounded_away_from_zero() {
+        let f = fixture(9);
+        let mut req = f.request();
+        let mut reasons = Reasons::default();
+        linear(&mut req, &(0..9).collect::<Vec<_>>(), 1.0, &mut reasons).expect("scores");
+        let deltas: Vec<&str> = reasons.iter().map(|(_, v)| &v["increased score by ".len()..][..4]).collect();
+        assert_eq!(deltas, ["1.00", "0.88", "0.75", "0.63", "0.50", "0.38", "0.25", "0.13", "0.00"]);
+    }
+
+    #[test]
+    fn linear_refuses_a_nan_score_among_several() {
+        let f = fixture(2);
+        let mut req = f.request();
+        req.state[1].score = f64::NAN;
+        let mut reasons = Reasons::default();
+        assert!(linear(&mut req, &[0, 1], 1.0, &mut reasons).is_err());
+    }
+
+    #[test]
+    fn linear_buckets_share_an_increment_per_bucket() {
+        let f = fixture(6);
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        let flat = linear_buckets(&mut req, &[vec![0, 1], vec![2, 3], vec![4, 5]], 2.0, &mut reasons).expect("ok");
+        assert_eq!(flat, [0, 1, 2, 3, 4, 5]);
+        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]);
+
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear_buckets(&mut req, &[vec![0], vec![1], vec![2]], 3.0, &mut reasons).expect("ok");
+        assert_eq!(req.state.iter().take(3).map(|s| s.score).collect::<Vec<_>>(), [4.0, 2.5, 1.0]);
+
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear_buckets(&mut req, &[vec![3], vec![4]], 2.0, &mut reasons).expect("ok");
+        assert_eq!(
+            reasons_of(&reasons),
+            ["s3: increased score by 2.00 to 3.00", "s4: increased score by 0.00 to 1.00"]
+        );
+    }
+
+    #[test]
+    fn linear_buckets_single_and_empty() {
+        let f = fixture(2);
+        let mut req = f.request();
+        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        let mut reasons = Reasons::default();
+        linear_buckets(&mut req, &[vec![0, 1]], 2.0, &mut reasons).expect("ok");
+        assert_eq!(
+            reasons_of(&reasons),
+            ["s0: increased score by 2.00 to 3.00", "s1: increased score by 2.00 to 3.00"]
+        );
+
+        let mut reasons = Reasons::default();
+        assert!(linear_buckets(&mut req, &[], 2.0, &mut reasons).expect("ok").is_empty());
+        assert!(reasons.is_empty());
+    }
+
+    #[test]
+    fn normalize_scales_raw_values() {
+        let f = fixture(3);
+        let run = |raws: &[f64], weight: f64| {
+            let mut req = f.request();
+            req.state.iter_mut().for_each(|s| s.score = 1.0);
+            let tuples: Vec<_> = raws.iter().copied().enumerate().collect();
+            let mut reasons = Reasons::default();
+            normalize(&mut req, &tuples, weight, &mut reasons).expect("ok");
+            (req.state.iter().take(raws.len()).map(|s| s.score).collect::<Vec<_>>(), reasons_of(&reasons))
+        };
+        assert_eq!(run(&[10.0, 10.0, -5.0], 2.0).0, [3.0, 3.0, 1.0]);
+        assert_eq!(run(&[10.0, 10.0, -5.0], -2.0).0, [1.0, 1.0, 3.0]);
+        let (scores, reasons) = run(&[2.0, 1.5, 0.0], 3.0);
+        assert_eq!(scores, [4.0, 3.25, 1.0]);
+        assert_eq!(reasons[1], "s1: increased score by 2.25 to 3.25");
+        // All equal: everyone gets the signed weight.
+        assert_eq!(run(&[1.0, 1.0], 2.0).0, [3.0, 3.0]);
+        assert_eq!(run(&[1.0, 1.0], -2.0).0, [-1.0, -1.0]);
+        // Weight 0 still writes a reason per server.
+        assert_eq!(
+            run(&[1.0, 2.0], 0.0).1,
+            ["s0: increased score by 0.00 to 1.00", "s1: increased score by 0.00 to 1.00"]
+        );
+        assert!(run(&[], 2.0).1.is_empty());
+    }
+
+    #[test]
+    fn normalize_refuses_nan_raws() {
+        let f = fixture(2);
+        let mut req = f.request();
+        let mut reasons = Reasons::default();
+        assert!(normalize(&mut req, &[(0, 1.0), (1, f64::NAN)], 1.0, &mut reasons).is_err());
+    }
+
+    #[test]
+    fn spread_prefers_a_truthy_package_value() {
+        let f = fixture(1).defaults(serde_json::json!({"server_spread": "max-ram"}));
+        assert_eq!(spread(&f.request()), &Js::str("max-ram"));
+        let f = f.package(serde_json::json!({"alloc_server_spread": ""}));
+        assert_eq!(spread(&f.request()), &Js::str("max-ram"));
+        let f = f.package(serde_json::json!({"alloc_server_spread": "min-owner"}));
+        assert_eq!(spread(&f.request()), &Js::str("min-owner"));
+        assert_eq!(spread(&fixture(1).request()), &Js::Undefined);
+        assert_eq!(spread_skip(&Js::str("random")), "pkg or default set to spread with: random");
+    }
+
+    #[test]
+    fn dates_parse_like_js() {
+        assert_eq!(parse_js_date("1970-01-01T00:00:00.000Z"), Some(0.0));
+        assert_eq!(parse_js_date("2016-03-05T08:33:38Z"), Some(1_457_166_818_000.0));
+        assert_eq!(parse_js_date("2016-03-05T08:33:38.1234Z"), Some(1_457_166_818_123.0));
+        assert_eq!(parse_js_date("2016-03-05T08:33:38.5Z"), Some(1_457_166_818_500.0));
+        assert_eq!(parse_js_date("2016-03-05T09:33:38+01:00"), Some(1_457_166_818_000.0));
+        assert_eq!(parse_js_date("2016-03-05"), Some(1_457_136_000_000.0));
+        assert_eq!(parse_js_date("2015-02-30T00:00:00Z"), parse_js_date("2015-03-02T00:00:00Z"));
+        assert_eq!(parse_js_date("2015-01-01T24:00:00Z"), parse_js_date("2015-01-02T00:00:00Z"));
+        assert_eq!(parse_js_date("-000001-01-01T00:00:00Z"), Some(-62_198_755_200_000.0));
+        for bad in [
+            "",
+            "x",
+            "2016-13-01",
+            "2016-01-32",
+            "2016-01-01T25:00Z",
+            "2016-01-01T00:60Z",
+            "2016-01-01T",
+            "2016-01-01Z",
+            "-000000-01-01",
+            "2016-01-01T00:00:00.Z",
+            "+275761-01-01",
+        ] {
+            assert_eq!(parse_js_date(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn iso_strings_format_like_js() {
+        assert_eq!(to_iso_string(0.0).as_deref(), Some("1970-01-01T00:00:00.000Z"));
+        assert_eq!(to_iso_string(-WEEK_MS).as_deref(), Some("1969-12-25T00:00:00.000Z"));
+        assert_eq!(to_iso_string(1_457_166_818_123.0).as_deref(), Some("2016-03-05T08:33:38.123Z"));
+        assert_eq!(to_iso_string(-62_198_755_200_000.0).as_deref(), Some("-000001-01-01T00:00:00.000Z"));
+        assert_eq!(to_iso_string(253_402_300_800_000.0).as_deref(), Some("+010000-01-01T00:00:00.000Z"));
+        assert_eq!(to_iso_string(8.64e15 + 1.0), None);
+        assert_eq!(to_iso_string(f64::NAN), None);
+        for text in ["2000-02-29T23:59:59.999Z", "1600-03-01T00:00:00.000Z", "0000-01-01T00:00:00.000Z"] {
+            assert_eq!(parse_js_date(text).and_then(to_iso_string).as_deref(), Some(text));
+        }
+    }
+}

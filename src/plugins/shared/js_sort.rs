@@ -1,0 +1,557 @@
+//! `Array.prototype.sort(comparator)` as the engine the conformance cases were recorded with
+//! (Node 20's V8) performs it: TimSort over the items, where `cmp(a, b) < 0` puts `a` before
+//! `b` and a NaN result counts as 0 ("equal").
+//!
+//! For a consistent comparator this is just a stable sort. It is reproduced step by step
+//! because the original's comparators are not always consistent: `weight × (a − b)` over
+//! unreserved values is NaN when a value is missing, which makes such a server "equal" to
+//! everything while the others still compare, and then the exact sequence of comparisons
+//! decides the order (and hence the scores). Never panics, whatever the comparator returns.
+
+/// After this many consecutive wins of one side, a merge switches to galloping.
+const MIN_GALLOP: usize = 7;
+
+/// Sorts `items` in place as the JS engine would with comparator `cmp`.
+pub fn js_sort_by<T: Copy>(items: &mut [T], cmp: impl FnMut(&T, &T) -> f64) {
+    let n = items.len();
+    if n < 2 {
+        return;
+    }
+    let mut sorter = TimSort { a: items, cmp, min_gallop: MIN_GALLOP, runs: Vec::new() };
+    sorter.sort();
+}
+
+/// How a merge ended: everything placed but what is left in the temporary copy, or one
+/// element of the copied run left that belongs at the far end.
+enum MergeEnd {
+    Done,
+    LastOfCopied,
+}
+
+struct TimSort<'a, T, F> {
+    a: &'a mut [T],
+    cmp: F,
+    min_gallop: usize,
+    /// Pending runs as (start, length), bottom of the stack first.
+    runs: Vec<(usize, usize)>,
+}
+
+/// The comparator's verdict with NaN read as 0, as the language specifies.
+fn order<T, F: FnMut(&T, &T) -> f64>(cmp: &mut F, x: &T, y: &T) -> f64 {
+    let o = cmp(x, y);
+    if o.is_nan() {
+        0.0
+    } else {
+        o
+    }
+}
+
+/// Where `key` goes in the sorted `run`, before any equal elements, searching outwards
+/// from `hint` in growing steps and then by bisection.
+fn gallop_left<T, F: FnMut(&T, &T) -> f64>(cmp: &mut F, key: &T, run: &[T], hint: usize) -> usize {
+    let (len, hint) = (run.len() as isize, hint as isize);
+    let at = |i: isize| &run[i as usize];
+    let (mut last, mut ofs) = (0isize, 1isize);
+    if order(cmp, at(hint), key) < 0.0 {
+        let max = len - hint;
+        while ofs < max {
+            if order(cmp, at(hint + ofs), key) >= 0.0 {
+                break;
+            }
+            last = ofs;
+            ofs = ofs * 2 + 1;
+        }
+        ofs = ofs.min(max);
+        last += hint;
+        ofs += hint;
+    } else {
+        let max = hint + 1;
+        while ofs < max {
+            if order(cmp, at(hint - ofs), key) < 0.0 {
+                break;
+            }
+            last = ofs;
+            ofs = ofs * 2 + 1;
+        }
+        ofs = ofs.min(max);
+        (last, ofs) = (hint - ofs, hint - last);
+    }
+    last += 1;
+    while last < ofs {
+        let m = last + (ofs - last) / 2;
+        if order(cmp, at(m), key) < 0.0 {
+            last = m + 1;
+        } else {
+            ofs = m;
+        }
+    }
+    ofs as usize
+}
+
+/// Like [`gallop_left`], but after any elements equal to `key`.
+fn gallop_right<T, F: FnMut(&T, &T) -> f64>(cmp: &mut F, key: &T, run: &[T], hint: usize) -> usize {
+    let (len, hint) = (run.len() as isize, hint as isize);
+    let at = |i: isize| &run[i as usize];
+    let (mut last, mut ofs) = (0isize, 1isize);
+    if order(cmp, key, at(hint)) < 0.0 {
+        let max = hint + 1;
+        while ofs < max {
+            if order(cmp, key, at(hint - ofs)) >= 0.0 {
+                break;
+            }
+            last = ofs;
+            ofs = ofs * 2 + 1;
+        }
+        ofs = ofs.min(max);
+        (last, ofs) = (hint - ofs, hint - last);
+    } else {
+        let max = len - hint;
+        while ofs < max {
+            if order(cmp, key, at(hint + ofs)) < 0.0 {
+                break;
+            }
+            last = ofs;
+            ofs = ofs * 2 + 1;
+        }
+        ofs = ofs.min(max);
+        last += hint;
+        ofs += hint;
+    }
+    last += 1;
+    while last < ofs {
+        let m = last + (ofs - last) / 2;
+        if order(cmp, key, at(m)) < 0.0 {
+            ofs = m;
+        } else {
+            last = m + 1;
+        }
+    }
+    ofs as usize
+}
+
+impl<T: Copy, F: FnMut(&T, &T) -> f64> TimSort<'_, T, F> {
+    fn cmp(&mut self, x: &T, y: &T) -> f64 {
+        order(&mut self.cmp, x, y)
+    }
+
+    fn sort(&mut self) {
+        let n = self.a.len();
+        let min_run = {
+            // Short lists are one run; longer ones use runs of 32–64 so that the number of
+            // runs is (close to) a power of two.
+            let (mut m, mut carry) = (n, 0);
+            while m >= 64 {
+                carry |= m & 1;
+                m >>= 1;
+            }
+            m + carry
+        };
+        let (mut low, mut remaining) = (0, n);
+        while remaining != 0 {
+            let mut run = self.natural_run(low, low + remaining);
+            if run < min_run {
+                let forced = min_run.min(remaining);
+                self.insertion_sort(low, low + run, low + forced);
+                run = forced;
+            }
+            self.runs.push((low, run));
+            self.merge_collapse();
+            low += run;
+            remaining -= run;
+        }
+        while self.runs.len() > 1 {
+            let mut i = self.runs.len() - 2;
+            if i > 0 && self.runs[i - 1].1 < self.runs[i + 1].1 {
+                i -= 1;
+            }
+            self.merge_at(i);
+        }
+    }
+
+    /// Length of the run starting at `low` (within `..high`): non-descending, or strictly
+    /// descending and then reversed in place.
+    fn natural_run(&mut self, low: usize, high: usize) -> usize {
+        if low + 1 == high {
+            return 1;
+        }
+        let (x, y) = (self.a[low + 1], self.a[low]);
+        let descending = self.cmp(&x, &y) < 0.0;
+        let mut len = 2;
+        while low + len < high {
+            let (x, y) = (self.a[low + len], self.a[low + len - 1]);
+            let o = self.cmp(&x, &y);
+            if (descending && o >= 0.0) || (!descending && o < 0.0) {
+                break;
+            }
+            len += 1;
+        }
+        if descending {
+            self.a[low..low + len].reverse();
+        }
+        len
+    }
+
+    /// Binary insertion sort of `low..high`, where `low..start` is already sorted.
+    fn insertion_sort(&mut self, low: usize, start: usize, high: usize) {
+        let first = if start == low { start + 1 } else { start };
+        for next in first..high {
+            let pivot = self.a[next];
+            let (mut left, mut right) = (low, next);
+            while left < right {
+                let mid = left + (right - left) / 2;
+                let other = self.a[mid];
+                if self.cmp(&pivot, &other) < 0.0 {
+                    right = mid;
+                } else {
+                    left = mid + 1;
+                }
+            }
+            self.a[left..=next].rotate_right(1);
+        }
+    }
+
+    /// Merges runs while the pending-run lengths break TimSort's balance rules.
+    fn merge_collapse(&mut self) {
+        while self.runs.len() > 1 {
+            let mut i = self.runs.len() - 2;
+            let len = |runs: &[(usize, usize)], k: usize| runs[k].1;
+            let balanced =
+                |runs: &[(usize, usize)], k: usize| k < 2 || len(runs, k - 2) > len(runs, k - 1) + len(runs, k);
+            if !balanced(&self.runs, i + 1) || !balanced(&self.runs, i) {
+                if len(&self.runs, i - 1) < len(&self.runs, i + 1) {
+                    i -= 1;
+                }
+                self.merge_at(i);
+            } else if len(&self.runs, i) <= len(&self.runs, i + 1) {
+                self.merge_at(i);
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Merges pending runs `i` and `i + 1`.
+    fn merge_at(&mut self, i: usize) {
+        let (mut base_a, mut len_a) = self.runs[i];
+        let (base_b, mut len_b) = self.runs[i + 1];
+        self.runs[i].1 = len_a + len_b;
+        self.runs.remove(i + 1);
+
+        // Elements of A already below B's first stay where they are; so do elements of B
+        // above A's last.
+        let key = self.a[base_b];
+        let skip = gallop_right(&mut self.cmp, &key, &self.a[base_a..base_a + len_a], 0);
+        base_a += skip;
+        len_a -= skip;
+        if len_a == 0 {
+            return;
+        }
+        let key = self.a[base_a + len_a - 1];
+        len_b = gallop_left(&mut self.cmp, &key, &self.a[base_b..base_b + len_b], len_b - 1);
+        if len_b == 0 {
+            return;
+        }
+        if len_a <= len_b {
+            self.merge_low(base_a, len_a, base_b, len_b);
+        } else {
+            self.merge_high(base_a, len_a, base_b, len_b);
+        }
+    }
+
+    /// Merges front to back, with run A (the shorter) copied aside.
+    fn merge_low(&mut self, base_a: usize, mut len_a: usize, base_b: usize, mut len_b: usize) {
+        let tmp: Vec<T> = self.a[base_a..base_a + len_a].to_vec();
+        let (mut dest, mut ta, mut cb) = (base_a, 0, base_b);
+        self.a[dest] = self.a[cb];
+        dest += 1;
+        cb += 1;
+        len_b -= 1;
+        let end = 'merge: {
+            if len_b == 0 {
+                break 'merge MergeEnd::Done;
+            }
+            if len_a == 1 {
+                break 'merge MergeEnd::LastOfCopied;
+            }
+            let mut min_gallop = self.min_gallop;
+            loop {
+                let (mut wins_a, mut wins_b) = (0, 0);
+                // One element at a time until a side keeps winning.
+                loop {
+                    let (b, a) = (self.a[cb], tmp[ta]);
+                    if self.cmp(&b, &a) < 0.0 {
+                        self.a[dest] = b;
+                        dest += 1;
+                        cb += 1;
+                        wins_b += 1;
+                        len_b -= 1;
+                        wins_a = 0;
+                        if len_b == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                        if wins_b >= min_gallop {
+                            break;
+                        }
+                    } else {
+                        self.a[dest] = a;
+                        dest += 1;
+                        ta += 1;
+                        wins_a += 1;
+                        len_a -= 1;
+                        wins_b = 0;
+                        if len_a == 1 {
+                            break 'merge MergeEnd::LastOfCopied;
+                        }
+                        if wins_a >= min_gallop {
+                            break;
+                        }
+                    }
+                }
+                // Galloping: move whole stretches while that pays off.
+                min_gallop += 1;
+                let mut first = true;
+                while first || wins_a >= MIN_GALLOP || wins_b >= MIN_GALLOP {
+                    first = false;
+                    min_gallop = min_gallop.saturating_sub(1).max(1);
+                    self.min_gallop = min_gallop;
+
+                    let key = self.a[cb];
+                    wins_a = gallop_right(&mut self.cmp, &key, &tmp[ta..ta + len_a], 0);
+                    if wins_a > 0 {
+                        self.a[dest..dest + wins_a].copy_from_slice(&tmp[ta..ta + wins_a]);
+                        dest += wins_a;
+                        ta += wins_a;
+                        len_a -= wins_a;
+                        if len_a == 1 {
+                            break 'merge MergeEnd::LastOfCopied;
+                        }
+                        // Only an inconsistent comparator gets here.
+                        if len_a == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                    }
+                    self.a[dest] = self.a[cb];
+                    dest += 1;
+                    cb += 1;
+                    len_b -= 1;
+                    if len_b == 0 {
+                        break 'merge MergeEnd::Done;
+                    }
+
+                    let key = tmp[ta];
+                    wins_b = gallop_left(&mut self.cmp, &key, &self.a[cb..cb + len_b], 0);
+                    if wins_b > 0 {
+                        self.a.copy_within(cb..cb + wins_b, dest);
+                        dest += wins_b;
+                        cb += wins_b;
+                        len_b -= wins_b;
+                        if len_b == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                    }
+                    self.a[dest] = tmp[ta];
+                    dest += 1;
+                    ta += 1;
+                    len_a -= 1;
+                    if len_a == 1 {
+                        break 'merge MergeEnd::LastOfCopied;
+                    }
+                }
+                min_gallop += 1;
+                self.min_gallop = min_gallop;
+            }
+        };
+        match end {
+            MergeEnd::Done => {
+                if len_a > 0 {
+                    self.a[dest..dest + len_a].copy_from_slice(&tmp[ta..ta + len_a]);
+                }
+            }
+            MergeEnd::LastOfCopied => {
+                self.a.copy_within(cb..cb + len_b, dest);
+                self.a[dest + len_b] = tmp[ta];
+            }
+        }
+    }
+
+    /// Merges back to front, with run B (the shorter) copied aside. Cursors may step one
+    /// below the start of the list, hence the signed arithmetic.
+    fn merge_high(&mut self, base_a: usize, mut len_a: usize, base_b: usize, mut len_b: usize) {
+        let tmp: Vec<T> = self.a[base_b..base_b + len_b].to_vec();
+        let idx = |i: isize| i as usize;
+        let mut dest = (base_b + len_b - 1) as isize;
+        let mut tb = len_b as isize - 1;
+        let mut ca = (base_a + len_a - 1) as isize;
+        self.a[idx(dest)] = self.a[idx(ca)];
+        dest -= 1;
+        ca -= 1;
+        len_a -= 1;
+        let end = 'merge: {
+            if len_a == 0 {
+                break 'merge MergeEnd::Done;
+            }
+            if len_b == 1 {
+                break 'merge MergeEnd::LastOfCopied;
+            }
+            let mut min_gallop = self.min_gallop;
+            loop {
+                let (mut wins_a, mut wins_b) = (0, 0);
+                loop {
+                    let (b, a) = (tmp[idx(tb)], self.a[idx(ca)]);
+                    if self.cmp(&b, &a) < 0.0 {
+                        self.a[idx(dest)] = a;
+                        dest -= 1;
+                        ca -= 1;
+                        wins_a += 1;
+                        len_a -= 1;
+                        wins_b = 0;
+                        if len_a == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                        if wins_a >= min_gallop {
+                            break;
+                        }
+                    } else {
+                        self.a[idx(dest)] = b;
+                        dest -= 1;
+                        tb -= 1;
+                        wins_b += 1;
+                        len_b -= 1;
+                        wins_a = 0;
+                        if len_b == 1 {
+                            break 'merge MergeEnd::LastOfCopied;
+                        }
+                        if wins_b >= min_gallop {
+                            break;
+                        }
+                    }
+                }
+                min_gallop += 1;
+                let mut first = true;
+                while first || wins_a >= MIN_GALLOP || wins_b >= MIN_GALLOP {
+                    first = false;
+                    min_gallop = min_gallop.saturating_sub(1).max(1);
+                    self.min_gallop = min_gallop;
+
+                    let key = tmp[idx(tb)];
+                    let k = gallop_right(&mut self.cmp, &key, &self.a[base_a..base_a + len_a], len_a - 1);
+                    wins_a = len_a - k;
+                    if wins_a > 0 {
+                        dest -= wins_a as isize;
+                        ca -= wins_a as isize;
+                        self.a.copy_within(idx(ca + 1)..idx(ca + 1) + wins_a, idx(dest + 1));
+                        len_a -= wins_a;
+                        if len_a == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                    }
+                    self.a[idx(dest)] = tmp[idx(tb)];
+                    dest -= 1;
+                    tb -= 1;
+                    len_b -= 1;
+                    if len_b == 1 {
+                        break 'merge MergeEnd::LastOfCopied;
+                    }
+
+                    let key = self.a[idx(ca)];
+                    let k = gallop_left(&mut self.cmp, &key, &tmp[..len_b], len_b - 1);
+                    wins_b = len_b - k;
+                    if wins_b > 0 {
+                        dest -= wins_b as isize;
+                        tb -= wins_b as isize;
+                        let (to, from) = (idx(dest + 1), idx(tb + 1));
+                        self.a[to..to + wins_b].copy_from_slice(&tmp[from..from + wins_b]);
+                        len_b -= wins_b;
+                        if len_b == 1 {
+                            break 'merge MergeEnd::LastOfCopied;
+                        }
+                        // Only an inconsistent comparator gets here.
+                        if len_b == 0 {
+                            break 'merge MergeEnd::Done;
+                        }
+                    }
+                    self.a[idx(dest)] = self.a[idx(ca)];
+                    dest -= 1;
+                    ca -= 1;
+                    len_a -= 1;
+                    if len_a == 0 {
+                        break 'merge MergeEnd::Done;
+                    }
+                }
+                min_gallop += 1;
+                self.min_gallop = min_gallop;
+            }
+        };
+        match end {
+            MergeEnd::Done => {
+                if len_b > 0 {
+                    let to = idx(dest + 1 - len_b as isize);
+                    self.a[to..to + len_b].copy_from_slice(&tmp[..len_b]);
+                }
+            }
+            MergeEnd::LastOfCopied => {
+                dest -= len_a as isize;
+                ca -= len_a as isize;
+                self.a.copy_within(idx(ca + 1)..idx(ca + 1) + len_a, idx(dest + 1));
+                self.a[idx(dest)] = tmp[idx(tb)];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sorted(v: &[f64]) -> String {
+        let mut v = v.to_vec();
+        js_sort_by(&mut v, |a, b| a - b);
+        format!("{v:?}")
+    }
+
+    #[test]
+    fn stable_for_consistent_comparators() {
+        let mut v = vec![(3, 'a'), (1, 'b'), (3, 'c'), (2, 'd'), (1, 'e')];
+        js_sort_by(&mut v, |a, b| f64::from(a.0 - b.0));
+        assert_eq!(v, [(1, 'b'), (1, 'e'), (2, 'd'), (3, 'a'), (3, 'c')]);
+        let mut v = vec![5, 4, 3, 2, 1];
+        js_sort_by(&mut v, |a, b| f64::from(a - b));
+        assert_eq!(v, [1, 2, 3, 4, 5]);
+        // Long lists with many ties: runs, merges and galloping.
+        for n in [63, 64, 65, 200, 1000] {
+            let mut v: Vec<(i32, usize)> = (0..n).map(|i| (((i * 7919) % 13) as i32, i)).collect();
+            let mut expected = v.clone();
+            expected.sort_by_key(|p| p.0);
+            js_sort_by(&mut v, |a, b| f64::from(a.0 - b.0));
+            assert_eq!(v, expected, "n = {n}");
+            let mut desc: Vec<i32> = (0..n as i32).rev().collect();
+            js_sort_by(&mut desc, |a, b| f64::from(a - b));
+            assert!(desc.windows(2).all(|w| w[0] < w[1]));
+        }
+    }
+
+    #[test]
+    fn nan_results_count_as_equal_like_node() {
+        // Node 20 results of `sort((a, b) => a - b)`.
+        let nan = f64::NAN;
+        assert_eq!(sorted(&[1.0, nan, 0.0]), "[1.0, NaN, 0.0]");
+        assert_eq!(sorted(&[3.0, 2.0, nan, 1.0, 5.0, 0.0]), "[0.0, 1.0, 2.0, 3.0, NaN, 5.0]");
+        assert_eq!(sorted(&[5.0, nan, 4.0, 3.0, nan, 1.0, 9.0, 2.0]), "[5.0, NaN, 1.0, 2.0, 3.0, 4.0, NaN, 9.0]");
+        let mut v = vec![2, 1, 3];
+        js_sort_by(&mut v, |_, _| f64::NAN);
+        assert_eq!(v, [2, 1, 3]);
+    }
+
+    #[test]
+    fn nan_results_in_long_lists_like_node() {
+        // 70 values i*37 mod 23, every 7th NaN, sorted in Node 20 by `a - b`: runs are
+        // merged with galloping, and the NaNs end up where that leaves them.
+        let input: Vec<f64> = (0..70).map(|i| if i % 7 == 0 { f64::NAN } else { f64::from((i * 37) % 23) }).collect();
+        let expected = "[NaN, 0.0, 1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 10.0, 11.0, 11.0, \
+                        13.0, 14.0, 14.0, 15.0, 15.0, 16.0, 19.0, NaN, 16.0, 17.0, 20.0, 20.0, 21.0, NaN, 22.0, NaN, \
+                        19.0, NaN, NaN, 0.0, 0.0, 1.0, 3.0, 3.0, 4.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 9.0, 10.0, 11.0, \
+                        12.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 17.0, 18.0, 18.0, 21.0, 22.0, NaN, NaN, 20.0, NaN, \
+                        21.0, NaN, 22.0]";
+        assert_eq!(sorted(&input), expected);
+    }
+}
