@@ -203,6 +203,27 @@ mod tests {
     }
 
     #[test]
+    fn object_key_order_survives_loading() {
+        // filter_owner_server's key order decides which owner a removed server is blamed on.
+        let dir = std::env::temp_dir().join(format!("dapi-config-order-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp dir");
+        let path = dir.join("c.json");
+        let owners = [
+            "955ed486-8483-4058-a292-b2e92a947db9",
+            "cf16e1c8-80c4-457c-9f81-ce22a2b05ca8",
+            "0aae0b14-c55f-442a-83c9-4dbee0d73413",
+        ];
+        let filters: serde_json::Map<String, Value> =
+            owners.iter().map(|o| (o.to_string(), Value::from("true"))).collect();
+        let text = serde_json::json!({"defaults": {"filter_owner_server": filters}}).to_string();
+        std::fs::write(&path, text).expect("write");
+        let c = ServiceConfig::load(Some(&path), env(&[])).expect("config");
+        let keys: Vec<&String> = c.defaults["filter_owner_server"].as_object().expect("object").keys().collect();
+        assert_eq!(keys, owners);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn a_file_replaces_the_chain_and_merges_defaults() {
         let dir = std::env::temp_dir().join(format!("dapi-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("tmp dir");

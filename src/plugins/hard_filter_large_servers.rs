@@ -3,10 +3,11 @@
 //! RAM are dropped silently, and the rest are passed on sorted by unreserved RAM, largest
 //! first: this filter reorders its output.
 //!
-//! The sort is the one the original's runtime performs (V8's TimSort, which on these sizes is
-//! a run detection plus a binary insertion sort), so it is stable and also places servers
-//! whose unreserved RAM is unknown (NaN comparisons) exactly where the original did.
+//! The sort is the one the original's runtime performs (V8's TimSort, see `shared::js_sort`),
+//! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
+//! exactly where the original did.
 
+use super::shared::js_sort::js_sort_by;
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
 
@@ -43,54 +44,8 @@ impl Plugin for HardFilterLargeServers {
         let ram = |id: ServerId| req.unreserved_js(id)[1].num();
         let mut sorted = servers.to_vec();
         // Descending: the comparator is `b - a`.
-        js_sort(&mut sorted, |&a, &b| ram(b) - ram(a));
+        js_sort_by(&mut sorted, |&a, &b| ram(b) - ram(a));
         Ok(sorted.split_off(held_back as usize))
-    }
-}
-
-/// `Array.prototype.sort` with a numeric comparator as V8 (Node ≥ 11) runs it on arrays
-/// below 64 elements: detect the leading run (reversing a strictly descending one), then
-/// binary-insert the rest. A NaN comparator result counts as 0 ("equal"), as the language
-/// specifies. Larger arrays get the same insertion sort: the same order as V8's merges
-/// whenever the comparator is consistent (no NaN), which is all a stable sort can promise.
-fn js_sort<T: Copy>(items: &mut [T], mut user_cmp: impl FnMut(&T, &T) -> f64) {
-    let mut cmp = |a: &T, b: &T| {
-        let order = user_cmp(a, b);
-        if order.is_nan() {
-            0.0
-        } else {
-            order
-        }
-    };
-    let n = items.len();
-    if n < 2 {
-        return;
-    }
-    let mut run = 2;
-    let descending = cmp(&items[1], &items[0]) < 0.0;
-    while run < n {
-        let order = cmp(&items[run], &items[run - 1]);
-        if (descending && order >= 0.0) || (!descending && order < 0.0) {
-            break;
-        }
-        run += 1;
-    }
-    if descending {
-        items[..run].reverse();
-    }
-    for start in run..n {
-        let pivot = items[start];
-        let (mut left, mut right) = (0, start);
-        while left < right {
-            let mid = left + (right - left) / 2;
-            if cmp(&pivot, &items[mid]) < 0.0 {
-                right = mid;
-            } else {
-                left = mid + 1;
-            }
-        }
-        items.copy_within(left..start, left + 1);
-        items[left] = pivot;
     }
 }
 
@@ -151,35 +106,5 @@ mod tests {
         let out = run(&f, &[1.0; 20]);
         assert_eq!(out.remaining.len(), 20);
         assert_eq!(out.reason_list(), [("skip".into(), "Do not filter out large servers".into())]);
-    }
-
-    #[test]
-    fn js_sort_matches_v8_with_nan() {
-        // Orders Node 20 produces for `.sort((a, b) => b - a)`: a NaN comparison counts as
-        // "equal", so NaNs stay where the run detection and insertion leave them.
-        let nan = f64::NAN;
-        let long = [
-            11., 18., 19., nan, 8., 0., 6., 16., 6., 4., 17., 0., 8., 9., 17., 4., 1., 3., 9., 10., nan, 5., 15., nan,
-            11., nan, 4., 10., 7., 18., 2.,
-        ];
-        let long_sorted = [
-            "19", "18", "18", "17", "17", "11", "NaN", "16", "15", "11", "10", "10", "9", "9", "8", "8", "7", "6", "6",
-            "5", "4", "4", "4", "3", "1", "0", "0", "NaN", "NaN", "NaN", "2",
-        ];
-        let cases: [(&[f64], &[&str]); 4] = [
-            (&[3.0, f64::NAN, 1.0, 2.0], &["3", "NaN", "2", "1"]),
-            (&[5.0, f64::NAN, 4.0, f64::NAN, 7.0, 1.0, 8.0], &["5", "NaN", "4", "NaN", "8", "7", "1"]),
-            (&[f64::NAN, 5.0, f64::NAN, 4.0, 9.0, 1.0, 8.0], &["NaN", "5", "NaN", "9", "8", "4", "1"]),
-            (&long, &long_sorted),
-        ];
-        for (input, expected) in cases {
-            let mut v = input.to_vec();
-            js_sort(&mut v, |a, b| b - a);
-            let shown: Vec<String> = v.iter().map(|x| x.to_string()).collect();
-            assert_eq!(shown, expected);
-        }
-        let mut w = [1, 2, 3, 0, 5, 4];
-        js_sort(&mut w, |a, b| f64::from(*a) - f64::from(*b));
-        assert_eq!(w, [0, 1, 2, 3, 4, 5]);
     }
 }

@@ -554,4 +554,34 @@ mod tests {
                         21.0, NaN, 22.0]";
         assert_eq!(sorted(&input), expected);
     }
+
+    #[test]
+    fn descending_numeric_comparator_with_nan_like_node() {
+        // Orders Node 20 produces for `.sort((a, b) => b - a)`: a NaN comparison counts as
+        // "equal", so NaNs stay where the run detection and insertion leave them.
+        let nan = f64::NAN;
+        let long = [
+            11., 18., 19., nan, 8., 0., 6., 16., 6., 4., 17., 0., 8., 9., 17., 4., 1., 3., 9., 10., nan, 5., 15., nan,
+            11., nan, 4., 10., 7., 18., 2.,
+        ];
+        let long_sorted = [
+            "19", "18", "18", "17", "17", "11", "NaN", "16", "15", "11", "10", "10", "9", "9", "8", "8", "7", "6", "6",
+            "5", "4", "4", "4", "3", "1", "0", "0", "NaN", "NaN", "NaN", "2",
+        ];
+        let cases: [(&[f64], &[&str]); 4] = [
+            (&[3.0, f64::NAN, 1.0, 2.0], &["3", "NaN", "2", "1"]),
+            (&[5.0, f64::NAN, 4.0, f64::NAN, 7.0, 1.0, 8.0], &["5", "NaN", "4", "NaN", "8", "7", "1"]),
+            (&[f64::NAN, 5.0, f64::NAN, 4.0, 9.0, 1.0, 8.0], &["NaN", "5", "NaN", "9", "8", "4", "1"]),
+            (&long, &long_sorted),
+        ];
+        for (input, expected) in cases {
+            let mut v = input.to_vec();
+            js_sort_by(&mut v, |a, b| b - a);
+            let shown: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+            assert_eq!(shown, expected);
+        }
+        let mut w = [1, 2, 3, 0, 5, 4];
+        js_sort_by(&mut w, |a, b| f64::from(*a) - f64::from(*b));
+        assert_eq!(w, [0, 1, 2, 3, 4, 5]);
+    }
 }
