@@ -50,6 +50,11 @@ impl Js {
         }
     }
 
+    /// A filter switch in the defaults is off only when it is set and falsy (absent means on).
+    pub fn switched_off(&self) -> bool {
+        !self.is_undefined() && !self.truthy()
+    }
+
     /// Unary plus (`+x`).
     pub fn num(&self) -> f64 {
         match self {

@@ -27,8 +27,7 @@ impl Plugin for HardFilterCapness {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_capness;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_capness.switched_off() {
             reasons.skip("Do not filter out cpu_cap disparities");
             return Ok(servers.to_vec());
         }

@@ -21,8 +21,7 @@ impl Plugin for HardFilterHeadnode {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_headnode;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_headnode.switched_off() {
             reasons.skip("Do not filter out headnodes");
             return Ok(servers.to_vec());
         }

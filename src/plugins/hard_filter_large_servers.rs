@@ -32,8 +32,7 @@ impl Plugin for HardFilterLargeServers {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_large_servers;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_large_servers.switched_off() {
             reasons.skip("Do not filter out large servers");
             return Ok(servers.to_vec());
         }

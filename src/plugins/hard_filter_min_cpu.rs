@@ -6,9 +6,10 @@
 //! overprovision CPU either (unless there is no package at all). A server without an
 //! `overprovision_ratios` object (the original throws) reads as having no ratio.
 
+use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::js::{fmt_num, js_ge, Js};
+use crate::js::Js;
 
 pub struct HardFilterMinCpu;
 
@@ -28,8 +29,7 @@ impl Plugin for HardFilterMinCpu {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_min_resources;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_min_resources.switched_off() {
             reasons.skip("Do not filter out based on minimum free CPU");
             return Ok(servers.to_vec());
         }
@@ -42,41 +42,13 @@ impl Plugin for HardFilterMinCpu {
             // Uncapped VMs are allowed anywhere.
             return Ok(servers.to_vec());
         }
-        let mut kept = Vec::with_capacity(servers.len());
-        match req.package.as_ref().filter(|p| p.overprovision_cpu.truthy()) {
-            Some(pkg) => {
-                let requested = req.vm_cpu_cap.num() / pkg.overprovision_cpu.num();
-                for &id in servers {
-                    let [spare, _, _] = req.unreserved_js(id);
-                    if js_ge(&spare, &Js::Num(requested)) {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "VM's calculated {} CPU is less than server's spare {}",
-                            fmt_num(requested),
-                            spare.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-            None => {
-                let has_pkg = req.package.is_some();
-                for &id in servers {
-                    let ratio = req.ratios(id).get("cpu");
-                    if !ratio.truthy() || !has_pkg {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "Package gave no CPU overprovision ratio, but server has ratio {}",
-                            ratio.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-        }
-        Ok(kept)
+        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_cpu.truthy()) else {
+            return Ok(keep_without_ratio(req, servers, reasons, Resource::Cpu));
+        };
+        let requested = Js::Num(req.vm_cpu_cap.num() / pkg.overprovision_cpu.num());
+        Ok(keep_with_spare(req, servers, reasons, Resource::Cpu, &requested, |want, spare| {
+            format!("VM's calculated {want} CPU is less than server's spare {spare}")
+        }))
     }
 }
 

@@ -9,10 +9,11 @@
 //! the original throws: image `files` that is not an array reads as no files, and a server
 //! without an `overprovision_ratios` object reads as having no ratio.
 
+use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
 use super::shared::unreserved::{is_hvm_brand, MIB};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::js::{js_add, js_ge, Js};
+use crate::js::{js_add, Js};
 
 /// Room left beyond the VM's needs, MiB, just in case.
 const FUDGE_MIB: f64 = 10.0 * 1024.0;
@@ -35,8 +36,7 @@ impl Plugin for HardFilterMinDisk {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_min_resources;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_min_resources.switched_off() {
             reasons.skip("Do not filter out based on unreserved disk");
             return Ok(servers.to_vec());
         }
@@ -46,41 +46,13 @@ impl Plugin for HardFilterMinDisk {
             reasons.skip("Vm and pkg have no quota");
             return Ok(servers.to_vec());
         }
-        let mut kept = Vec::with_capacity(servers.len());
-        match req.package.as_ref().filter(|p| p.overprovision_disk.truthy()) {
-            Some(pkg) => {
-                let requested = requested_mib(req, &pkg.package.quota_mib, &pkg.overprovision_disk);
-                for &id in servers {
-                    let [_, _, spare] = req.unreserved_js(id);
-                    if js_ge(&spare, &requested) {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "VM's calculated {} MiB disk is more than server's spare {} MiB",
-                            requested.to_js_string(),
-                            spare.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-            None => {
-                let has_pkg = req.package.is_some();
-                for &id in servers {
-                    let ratio = req.ratios(id).get("disk");
-                    if !ratio.truthy() || !has_pkg {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "Package gave no disk overprovision ratio, but server has ratio {}",
-                            ratio.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-        }
-        Ok(kept)
+        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_disk.truthy()) else {
+            return Ok(keep_without_ratio(req, servers, reasons, Resource::Disk));
+        };
+        let requested = requested_mib(req, &pkg.package.quota_mib, &pkg.overprovision_disk);
+        Ok(keep_with_spare(req, servers, reasons, Resource::Disk, &requested, |want, spare| {
+            format!("VM's calculated {want} MiB disk is more than server's spare {spare} MiB")
+        }))
     }
 }
 

@@ -7,10 +7,11 @@
 //! A server without an `overprovision_ratios` object (the original throws) reads as having no
 //! ratio.
 
+use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
 use super::shared::unreserved::is_hvm_brand;
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::js::{js_ge, Js};
+use crate::js::Js;
 
 pub struct HardFilterMinRam;
 
@@ -30,52 +31,20 @@ impl Plugin for HardFilterMinRam {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let flag = &req.defaults.filter_min_resources;
-        if !flag.is_undefined() && !flag.truthy() {
+        if req.defaults.filter_min_resources.switched_off() {
             reasons.skip("Do not filter out based on minimum free RAM");
             return Ok(servers.to_vec());
         }
-        let mut kept = Vec::with_capacity(servers.len());
-        match req.package.as_ref().filter(|p| p.overprovision_ram.truthy()) {
-            Some(pkg) => {
-                let ram = if req.vm.ram_mib.truthy() { &req.vm.ram_mib } else { &pkg.package.max_physical_memory_mib };
-                // HVM RAM stays as given (even a string, which the comparison coerces).
-                let requested = if is_hvm_brand(&req.vm.brand) {
-                    ram.clone()
-                } else {
-                    Js::Num(ram.num() / pkg.overprovision_ram.num())
-                };
-                for &id in servers {
-                    let [_, spare, _] = req.unreserved_js(id);
-                    if js_ge(&spare, &requested) {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "VM's calculated {} RAM is less than server's spare {}",
-                            requested.to_js_string(),
-                            spare.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-            None => {
-                let has_pkg = req.package.is_some();
-                for &id in servers {
-                    let ratio = req.ratios(id).get("ram");
-                    if !ratio.truthy() || !has_pkg {
-                        kept.push(id);
-                    } else {
-                        let msg = format!(
-                            "Package gave no RAM overprovision ratio, but server has ratio {}",
-                            ratio.to_js_string()
-                        );
-                        reasons.set(req.key(id), msg);
-                    }
-                }
-            }
-        }
-        Ok(kept)
+        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_ram.truthy()) else {
+            return Ok(keep_without_ratio(req, servers, reasons, Resource::Ram));
+        };
+        let ram = if req.vm.ram_mib.truthy() { &req.vm.ram_mib } else { &pkg.package.max_physical_memory_mib };
+        // HVM RAM stays as given (even a string, which the comparison coerces).
+        let requested =
+            if is_hvm_brand(&req.vm.brand) { ram.clone() } else { Js::Num(ram.num() / pkg.overprovision_ram.num()) };
+        Ok(keep_with_spare(req, servers, reasons, Resource::Ram, &requested, |want, spare| {
+            format!("VM's calculated {want} RAM is less than server's spare {spare}")
+        }))
     }
 }
 

@@ -3,6 +3,7 @@
 pub mod affinity;
 pub mod js_sort;
 pub mod locality;
+pub mod min_resource;
 pub mod owner_filter;
 pub mod platform;
 pub mod scoring;
