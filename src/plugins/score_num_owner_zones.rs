@@ -32,15 +32,9 @@ impl Plugin for ScoreNumOwnerZones {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let spread = scoring::spread(req);
-        let weight = if spread.truthy() {
-            if spread.as_str() != Some("min-owner") {
-                reasons.skip(scoring::spread_skip(spread));
-                return Ok(servers.to_vec());
-            }
-            2.0
-        } else {
-            req.defaults.weight_num_owner_zones.num()
+        let Some(weight) = scoring::weight_or_spread(req, reasons, "min-owner", &req.defaults.weight_num_owner_zones)
+        else {
+            return Ok(servers.to_vec());
         };
         if weight == 0.0 || weight.is_nan() {
             reasons.skip("Resolved score weight to 0.00; no changes");

@@ -30,15 +30,9 @@ impl Plugin for ScoreUniformRandom {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let spread = scoring::spread(req);
-        let weight = if spread.truthy() {
-            if spread.as_str() != Some("random") {
-                reasons.skip(scoring::spread_skip(spread));
-                return Ok(servers.to_vec());
-            }
-            2.0
-        } else {
-            req.defaults.weight_uniform_random.num()
+        let Some(weight) = scoring::weight_or_spread(req, reasons, "random", &req.defaults.weight_uniform_random)
+        else {
+            return Ok(servers.to_vec());
         };
         if weight == 0.0 || weight.is_nan() {
             // Unlike the other scorers, this message says `0`, not `0.00`.

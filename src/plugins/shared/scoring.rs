@@ -27,6 +27,25 @@ pub fn spread_skip(spread: &Js) -> String {
     format!("pkg or default set to spread with: {}", spread.to_js_string())
 }
 
+/// The weight of a scorer that one spread value forces to 2: that spread gives 2, no spread
+/// gives the configured weight, any other spread skips the scorer (`None`, reason written).
+pub fn weight_or_spread(
+    req: &Request<'_>,
+    reasons: &mut Reasons,
+    forcing_spread: &str,
+    configured: &Js,
+) -> Option<f64> {
+    let spread = spread(req);
+    if !spread.truthy() {
+        return Some(configured.num());
+    }
+    if spread.as_str() == Some(forcing_spread) {
+        return Some(2.0);
+    }
+    reasons.skip(spread_skip(spread));
+    None
+}
+
 /// Adds `delta` to the server's score and records the reason.
 fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons) {
     let score = req.state[id].score + delta;
