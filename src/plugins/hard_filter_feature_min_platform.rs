@@ -60,16 +60,8 @@ impl Plugin for HardFilterFeatureMinPlatform {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testing::{server, with, Fixture};
+    use crate::plugins::testing::{versioned, with, Fixture};
     use serde_json::{json, Value};
-
-    fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
-        let mut sysinfo = json!({"Live Image": platform});
-        if let Some(v) = version {
-            sysinfo["SDC Version"] = json!(v);
-        }
-        with(server(uuid), json!({ "sysinfo": sysinfo }))
-    }
 
     fn servers() -> Vec<Value> {
         vec![

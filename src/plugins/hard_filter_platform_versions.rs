@@ -59,16 +59,8 @@ impl Plugin for HardFilterPlatformVersions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testing::{server, with, Fixture};
+    use crate::plugins::testing::{versioned, Fixture};
     use serde_json::{json, Value};
-
-    fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
-        let mut sysinfo = json!({"Live Image": platform});
-        if let Some(v) = version {
-            sysinfo["SDC Version"] = json!(v);
-        }
-        with(server(uuid), json!({ "sysinfo": sysinfo }))
-    }
 
     /// Nine servers: SDC 6.5 / none (6.5) / 7.0 / 7.1 with older and newer platforms.
     fn servers() -> Vec<Value> {

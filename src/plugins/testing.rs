@@ -60,6 +60,15 @@ pub fn with(mut base: Value, changes: Value) -> Value {
     base
 }
 
+/// A server whose sysinfo has only a `Live Image` and, if given, an `SDC Version`.
+pub fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
+    let mut sysinfo = json!({"Live Image": platform});
+    if let Some(v) = version {
+        sysinfo["SDC Version"] = json!(v);
+    }
+    with(server(uuid), json!({ "sysinfo": sysinfo }))
+}
+
 /// A request under test.
 pub struct Fixture {
     pub servers: Vec<Server>,
