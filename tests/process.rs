@@ -1,0 +1,182 @@
+//! End-to-end tests of the `dapi` process itself: start-up errors, bunyan log lines,
+//! SIGTERM draining in-flight requests, SIGHUP reloading the config.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_dapi");
+
+fn tmp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dapi-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+/// A running `dapi serve` and its log lines.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    logs: mpsc::Receiver<Value>,
+}
+
+impl Server {
+    fn start(config: Option<&Path>) -> Server {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve").env("DAPI_LISTEN", "127.0.0.1:0").env("DAPI_LOG_LEVEL", "info").env_remove("DAPI_CONFIG");
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("dapi starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, logs) = mpsc::channel();
+        std::thread::spawn(move || forward_logs(stdout, tx));
+        let first = logs.recv_timeout(Duration::from_secs(20)).expect("a first log line");
+        assert_eq!(first["msg"], "dapi listening", "{first}");
+        let addr = first["addr"].as_str().and_then(|a| a.parse().ok()).expect("listening address");
+        Server { child, addr, logs }
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.child.id().to_string()).status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{name}");
+    }
+
+    /// The next log line whose `msg` is `msg`.
+    fn log(&self, msg: &str) -> Value {
+        loop {
+            let line = self.logs.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no {msg:?} log line"));
+            if line["msg"] == msg {
+                return line;
+            }
+        }
+    }
+
+    fn get(&self, path: &str) -> common::Reply {
+        let mut s = TcpStream::connect(self.addr).expect("connect");
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("write");
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).expect("read");
+        common::parse_reply(&raw)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn forward_logs(stdout: ChildStdout, tx: mpsc::Sender<Value>) {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let value = serde_json::from_str(&line).unwrap_or_else(|_| panic!("log line is not JSON: {line}"));
+        if tx.send(value).is_err() {
+            break;
+        }
+    }
+}
+
+#[test]
+fn a_bad_config_stops_start_up_with_a_message() {
+    let dir = tmp_dir("badconfig");
+    let path = dir.join("c.json");
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "hard-filter-nope"]}"#).expect("write");
+    let out = Command::new(BIN).args(["serve", "--config"]).arg(&path).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Bad expression given: Unrecognized algorithm: hard-filter-nope"), "{err}");
+
+    let out = Command::new(BIN).arg("serve").env("DAPI_DEFAULTS__FILTER_HEADNODE", "yes").output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Defaults filter_headnode is not boolean"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_request_is_one_bunyan_line() {
+    let server = Server::start(None);
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    let body = serde_json::to_vec(&common::example_request()).expect("body");
+    write!(
+        s,
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nX-Request-Id: req-42\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("head");
+    s.write_all(&body).expect("body");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("answer");
+    let reply = common::parse_reply(&raw);
+    assert_eq!(reply.status, 200);
+
+    let line = server.log("request");
+    for key in ["name", "hostname", "pid", "level", "msg", "time", "v"] {
+        assert!(line.get(key).is_some(), "bunyan field {key} in {line}");
+    }
+    assert_eq!(line["name"], "dapi");
+    assert_eq!(line["level"], 30);
+    assert_eq!(line["v"], 0);
+    assert_eq!(line["req_id"], "req-42");
+    assert_eq!(line["method"], "POST");
+    assert_eq!(line["path"], "/allocate");
+    assert_eq!(line["status"], 200);
+    assert_eq!(line["servers"], 4);
+    assert_eq!(line["server"], reply.json()["server"]["uuid"]);
+    assert!(line["latency_ms"].is_number());
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish() {
+    let mut server = Server::start(None);
+    let body = serde_json::to_vec(&common::example_request()).expect("body");
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    write!(
+        s,
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("head");
+    s.write_all(&body[..body.len() / 2]).expect("half the body");
+    s.flush().expect("flush");
+    std::thread::sleep(Duration::from_millis(200));
+    server.signal("TERM");
+    server.log("shutting down: finishing in-flight requests");
+    s.write_all(&body[body.len() / 2..]).expect("the rest");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("answer");
+    assert_eq!(common::parse_reply(&raw).status, 200, "the in-flight request completed");
+    let status = server.child.wait().expect("exits");
+    assert!(status.success(), "clean exit: {status:?}");
+    assert!(TcpStream::connect(server.addr).is_err(), "no longer accepting");
+}
+
+#[test]
+fn sighup_reloads_a_valid_config_and_keeps_the_old_one_otherwise() {
+    let dir = tmp_dir("sighup");
+    let path = dir.join("c.json");
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "identity"]}"#).expect("write");
+    let server = Server::start(Some(&path));
+    let before = server.get("/ping").json()["config"].clone();
+
+    std::fs::write(&path, r#"{"allocationDescription": ["or", "identity"]}"#).expect("write");
+    server.signal("HUP");
+    let refused = server.log("config reload refused; keeping the running config");
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("sexp too short")), "{refused}");
+    assert_eq!(server.get("/ping").json()["config"], before);
+
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "hard-filter-setup"]}"#).expect("write");
+    server.signal("HUP");
+    let reloaded = server.log("config reloaded");
+    assert_ne!(reloaded["config"], before);
+    assert_eq!(server.get("/ping").json()["config"], reloaded["config"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
