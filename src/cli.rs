@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use crate::config::ServiceConfig;
 use crate::engine::Engine;
 use crate::model::{parse_allocate_body, parse_capacity_body, BodyError};
-use crate::validate::validate_allocate;
+use crate::validate::{validate_allocate, validate_server_list};
 
 const USAGE: &str = "usage: dapi serve [--config FILE]
        dapi allocate [--config FILE] REQUEST.json
@@ -100,6 +100,7 @@ fn allocate(engine: &Engine, body: &[u8]) -> Result<String, Failure> {
 
 fn capacity(engine: &Engine, body: &[u8]) -> Result<String, Failure> {
     let (_, servers) = parse_capacity_body(body).map_err(body_error)?;
+    validate_server_list(&servers).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
     let capacity = engine.capacity(&servers).map_err(|e| Failure::Internal(e.to_string()))?;
     serde_json::to_string(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
 }

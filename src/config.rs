@@ -36,6 +36,10 @@ pub struct ServiceConfig {
     pub log_level: String,
     #[serde(default)]
     pub limits: Limits,
+    /// When set, `/allocate`, `/capacity` and `/admin/reload` need
+    /// `Authorization: Bearer <token>` (`/ping`, `/metrics`, `/openapi.json` stay open).
+    #[serde(default)]
+    pub auth_token: Option<String>,
 }
 
 /// Bounds on the work one request may ask for.
@@ -126,6 +130,9 @@ impl ServiceConfig {
                 return Err(format!("config: limits.{name} must be at least 1"));
             }
         }
+        if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err("config: auth_token must not be empty (leave it out to disable authentication)".into());
+        }
         if l.request_timeout_ms == 0 {
             return Err("config: limits.request_timeout_ms must be at least 1".into());
         }
@@ -150,6 +157,13 @@ impl ServiceConfig {
             text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         format!("{hash:016x}")
     }
+}
+
+/// FNV-1a, 64 bits, as hex: a short digest stable across runs and builds (unlike the std
+/// hasher); not for security.
+pub fn fnv1a(bytes: &[u8]) -> String {
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    format!("{hash:016x}")
 }
 
 #[cfg(test)]

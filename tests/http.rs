@@ -55,10 +55,13 @@ async fn no_fitting_server_is_a_409_with_cnapis_reason_and_the_steps() {
     let steps = body["steps"].as_array().expect("steps");
     assert_eq!(steps.last().map(|s| s["step"].clone()), Some(json!("Forced failure")));
 
+    // Every server filtered out by the first step.
     req["vm"]["internal_metadata"] = json!({});
-    req["servers"] = json!([]);
+    for server in req["servers"].as_array_mut().expect("servers") {
+        server["setup"] = json!(false);
+    }
     let body = post_json(s.addr, "/allocate", &req).await.json();
-    assert_eq!(body["message"], "No compute resources available: received by DAPI");
+    assert_eq!(body["message"], "No compute resources available: no servers which have been setup");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,4 +221,59 @@ async fn reload_swaps_in_a_valid_config_and_keeps_the_old_one_otherwise() {
     let body = post_json(s.addr, "/allocate", &example_request()).await.json();
     assert_eq!(body["steps"][1]["step"], "Servers which have been setup");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_token_guards_allocate_capacity_and_reload() {
+    let s = start(&[("DAPI_AUTH_TOKEN", "s3cret")]).await;
+    let body = serde_json::to_vec(&example_request()).expect("body");
+    let json_ct = ("Content-Type", "application/json");
+    let r = send(s.addr, "POST", "/allocate", &[json_ct], &body).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert_eq!(r.json()["code"], "Unauthorized");
+    let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", "Bearer wrong")], &body).await;
+    assert_eq!(r.status, 401);
+    let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", "Bearer s3cret")], &body).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(send(s.addr, "POST", "/capacity", &[json_ct], b"[]").await.status, 401);
+    assert_eq!(send(s.addr, "POST", "/admin/reload", &[], b"").await.status, 401);
+    assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.status, 200);
+    assert_eq!(send(s.addr, "GET", "/metrics", &[], b"").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reload_answers_with_the_new_config_or_refuses() {
+    let dir = std::env::temp_dir().join(format!("dapi-admin-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let path = dir.join("config.json");
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "identity"]}"#).expect("write");
+    let s = common::start_with(Some(&path), &[]).await;
+    std::fs::write(&path, r#"{"defaults": {"filter_headnode": "yes"}}"#).expect("write");
+    let r = send(s.addr, "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(r.status, 409);
+    assert_eq!(r.json()["message"], "Defaults filter_headnode is not boolean");
+    std::fs::write(&path, r#"{"allocationDescription": ["pipe", "hard-filter-running"]}"#).expect("write");
+    let r = send(s.addr, "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(r.status, 200);
+    let digest = r.json()["config"].clone();
+    assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.json()["config"], digest);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beyond_the_concurrency_limit_requests_get_503_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let s = start(&[("DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS", "1")]).await;
+    // Hold the only permit: a request whose body is still arriving.
+    let mut slow = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    let head = "POST /allocate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{";
+    slow.write_all(head.as_bytes()).await.expect("head");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let r = post_json(s.addr, "/allocate", &example_request()).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
+    drop(slow);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(post_json(s.addr, "/allocate", &example_request()).await.status, 200, "the permit came back");
 }

@@ -52,7 +52,8 @@ impl Server {
     /// The next log line whose `msg` is `msg`.
     fn log(&self, msg: &str) -> Value {
         loop {
-            let line = self.logs.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no {msg:?} log line"));
+            let line =
+                self.logs.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("no {msg:?} log line"));
             if line["msg"] == msg {
                 return line;
             }

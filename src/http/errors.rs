@@ -21,6 +21,10 @@ pub enum ApiError {
     Unavailable(String),
     /// 500: our fault.
     Internal(String),
+    /// 401: the configured bearer token is missing or wrong.
+    Unauthorized,
+    /// 409: a configuration reload was refused (the running one stays).
+    ConfigRejected(String),
     /// 404
     NotFound(String),
     /// 405
@@ -44,6 +48,8 @@ impl ApiError {
             ApiError::InvalidParameters(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::ConfigRejected(_) => StatusCode::CONFLICT,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -57,6 +63,8 @@ impl ApiError {
             ApiError::InvalidParameters(_) => "InvalidParameters",
             ApiError::Unavailable(_) => "ServiceUnavailable",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::ConfigRejected(_) => "InvalidConfig",
             ApiError::NotFound(_) => "ResourceNotFound",
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
         }
@@ -66,10 +74,12 @@ impl ApiError {
         match self {
             ApiError::TooLarge(limit) => format!("request body is larger than the limit of {limit} bytes"),
             ApiError::InvalidParameters(_) => "Request parameters failed validation".into(),
+            ApiError::Unauthorized => "a valid bearer token is required".into(),
             ApiError::Malformed(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Unavailable(m)
             | ApiError::Internal(m)
+            | ApiError::ConfigRejected(m)
             | ApiError::NotFound(m)
             | ApiError::MethodNotAllowed(m) => m.clone(),
         }
@@ -88,8 +98,14 @@ impl IntoResponse for ApiError {
         let mut response = (self.status(), body).into_response();
         let headers = response.headers_mut();
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        if matches!(self, ApiError::Unavailable(_)) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        match self {
+            ApiError::Unavailable(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
         }
         response.extensions_mut().insert(super::Outcome::Failed(format!("{}: {message}", self.code())));
         response

@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -15,7 +14,7 @@ use super::errors::ApiError;
 use super::{AppState, Outcome};
 use crate::engine::{Allocation, Engine, Step, StepsView};
 use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
-use crate::validate::{validate_allocate, FieldError};
+use crate::validate::{validate_allocate, validate_server_list, FieldError};
 
 fn json_response(status: StatusCode, body: Vec<u8>, outcome: Outcome) -> Response {
     let mut response = (status, body).into_response();
@@ -24,21 +23,45 @@ fn json_response(status: StatusCode, body: Vec<u8>, outcome: Outcome) -> Respons
     response
 }
 
-/// The body bytes of a JSON request, or the 4xx that says why not.
-fn json_body(app: &AppState, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
-    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
-        let ct = ct.to_str().unwrap_or("");
-        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        if mime != "application/json" && !mime.ends_with("+json") {
-            return Err(ApiError::UnsupportedMediaType(format!("content type must be application/json, not {ct:?}")));
-        }
+/// Refuses any content type but JSON (a missing one is taken as JSON).
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
+    let ct = ct.to_str().unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if mime == "application/json" || mime.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(format!("content type must be application/json, not {ct:?}")))
     }
-    match body {
-        Ok(bytes) => Ok(bytes),
-        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
-            Err(ApiError::TooLarge(app.limits().max_body_bytes))
+}
+
+/// Reads the whole body, refusing more than `limit` bytes.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let inner = e.into_inner();
+        if inner.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            ApiError::TooLarge(limit)
+        } else {
+            ApiError::Malformed(format!("cannot read the request body: {inner}"))
         }
-        Err(e) => Err(ApiError::Malformed(format!("cannot read the request body: {e}"))),
+    })
+}
+
+/// Size and digest of a request body, logged instead of the body itself.
+#[derive(Debug, Clone)]
+pub struct BodySeen {
+    pub bytes: usize,
+    pub digest: String,
+}
+
+impl BodySeen {
+    fn of(body: &[u8]) -> BodySeen {
+        BodySeen { bytes: body.len(), digest: crate::config::fnv1a(body) }
     }
 }
 
@@ -70,27 +93,51 @@ fn check_size(app: &AppState, servers: &[Server]) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Runs `work` on the blocking pool if a concurrency permit is free, within the timeout.
+/// Takes a concurrency permit (or answers 503 at once, before reading anything), reads the
+/// body, and runs `work` on it in the blocking pool, all within the request timeout. Memory
+/// stays bounded: at most `max_concurrent_allocations` bodies are held at a time.
 async fn run_limited<T: Send + 'static>(
     app: &Arc<AppState>,
-    work: impl FnOnce(Arc<Engine>) -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    let permit = app
-        .permits
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Unavailable("too many allocations in progress; retry shortly".into()))?;
-    let engine = app.engine();
-    let timeout = Duration::from_millis(app.limits().request_timeout_ms);
-    let task = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        work(engine)
-    });
-    match tokio::time::timeout(timeout, task).await {
-        Err(_) => Err(ApiError::Unavailable(format!("allocation took longer than {} ms", timeout.as_millis()))),
-        Ok(Err(join)) => Err(ApiError::Internal(format!("allocation failed unexpectedly: {join}"))),
-        Ok(Ok(result)) => result,
+    headers: &HeaderMap,
+    body: Body,
+    work: impl FnOnce(Arc<Engine>, Bytes) -> Result<T, ApiError> + Send + 'static,
+) -> (Option<BodySeen>, Result<T, ApiError>) {
+    if let Err(e) = check_content_type(headers) {
+        return (None, Err(e));
     }
+    let Ok(permit) = app.permits.clone().try_acquire_owned() else {
+        return (None, Err(ApiError::Unavailable("too many allocations in progress; retry shortly".into())));
+    };
+    let limits = app.limits();
+    let timeout = Duration::from_millis(limits.request_timeout_ms);
+    let engine = app.engine();
+    let mut seen = None;
+    let run = async {
+        let bytes = read_body(headers, body, limits.max_body_bytes).await?;
+        seen = Some(BodySeen::of(&bytes));
+        let task = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            work(engine, bytes)
+        });
+        match task.await {
+            Err(join) => Err(ApiError::Internal(format!("the request failed unexpectedly: {join}"))),
+            Ok(result) => result,
+        }
+    };
+    let result = match tokio::time::timeout(timeout, run).await {
+        Err(_) => Err(ApiError::Unavailable(format!("the request took longer than {} ms", timeout.as_millis()))),
+        Ok(result) => result,
+    };
+    (seen, result)
+}
+
+/// The answer, with the body's size and digest attached for the request log.
+fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Response {
+    let mut response = result.unwrap_or_else(IntoResponse::into_response);
+    if let Some(seen) = seen {
+        response.extensions_mut().insert(seen);
+    }
+    response
 }
 
 #[derive(Serialize)]
@@ -169,17 +216,14 @@ mod erased {
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
         (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
-        (status = 500, description = "Internal error", body = super::openapi::ErrorResponse)
-    )
+        (status = 500, description = "Internal error", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
 )]
-pub async fn allocate(
-    State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let bytes = json_body(&app, &headers, body)?;
+pub async fn allocate(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (status, out, outcome) = run_limited(&app, move |engine| {
+    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes| {
         let mut request = parse_allocate_body(&bytes).map_err(body_error)?;
         check_size(&app2, &request.servers)?;
         validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
@@ -187,8 +231,8 @@ pub async fn allocate(
         app2.metrics.record_steps(&allocation.steps);
         answer_allocation(&request, &allocation)
     })
-    .await?;
-    Ok(json_response(status, out, outcome))
+    .await;
+    respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
 }
 
 /// Spare CPU, RAM and disk of each server.
@@ -203,25 +247,51 @@ pub async fn allocate(
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
         (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
-        (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse)
-    )
+        (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
 )]
-pub async fn capacity(
-    State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let bytes = json_body(&app, &headers, body)?;
+pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (out, servers) = run_limited(&app, move |engine| {
+    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes| {
         let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;
         check_size(&app2, &servers)?;
+        validate_server_list(&servers).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
         let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
         let out = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| ApiError::Internal(e.to_string()))?;
         Ok((out, servers.len()))
     })
-    .await?;
-    Ok(json_response(StatusCode::OK, out, Outcome::Capacity { servers }))
+    .await;
+    respond(seen, result.map(|(out, servers)| json_response(StatusCode::OK, out, Outcome::Capacity { servers })))
+}
+
+/// Re-reads the config file and environment; a valid config replaces the running one.
+#[utoipa::path(
+    post,
+    tag = "admin",
+    path = "/admin/reload",
+    responses(
+        (status = 200, description = "Reloaded", body = super::openapi::ReloadResponse),
+        (status = 409, description = "Refused; the running config stays", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorResponse)
+    ),
+    security(("bearer" = []))
+)]
+pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
+    let result = tokio::task::spawn_blocking(move || app.reload()).await;
+    match result {
+        Ok(Ok(digest)) => {
+            tracing::info!(config = %digest, "config reloaded");
+            let body = serde_json::json!({"status": "reloaded", "config": digest});
+            json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
+        }
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "config reload refused; keeping the running config");
+            ApiError::ConfigRejected(e).into_response()
+        }
+        Err(join) => ApiError::Internal(format!("reload failed unexpectedly: {join}")).into_response(),
+    }
 }
 
 /// Health check.

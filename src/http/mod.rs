@@ -1,8 +1,8 @@
 //! The HTTP service: a thin axum layer over the engine.
 //!
-//! `POST /allocate`, `POST /capacity`, `GET /ping`, `GET /openapi.json`, `GET /metrics`.
-//! One engine is built at start-up and shared; SIGHUP (or [`AppState::reload`]) swaps in a
-//! new one atomically when the new config is valid. Every request is logged as one bunyan
+//! `POST /allocate`, `POST /capacity`, `GET /ping`, `GET /openapi.json`, `GET /metrics`,
+//! `POST /admin/reload`. One engine is built at start-up and shared; SIGHUP or
+//! `POST /admin/reload` swaps in a new one atomically when the new config is valid. Every request is logged as one bunyan
 //! line and counted in the metrics.
 
 mod errors;
@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -82,6 +82,10 @@ impl AppState {
         self.read().config.limits.clone()
     }
 
+    fn auth_token(&self) -> Option<String> {
+        self.read().config.auth_token.clone()
+    }
+
     pub fn config_digest(&self) -> String {
         self.read().config.digest()
     }
@@ -109,6 +113,7 @@ fn endpoint_label(path: &str) -> &'static str {
         "/ping" => "/ping",
         "/metrics" => "/metrics",
         "/openapi.json" => "/openapi.json",
+        "/admin/reload" => "/admin/reload",
         _ => "other",
     }
 }
@@ -134,39 +139,71 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
     app.metrics.record_request(endpoint_label(&path), status, latency);
     let latency_ms = latency.as_secs_f64() * 1000.0;
     let method = method.as_str();
+    // Bodies are never logged: their size and digest identify them.
+    let (body_bytes, body_digest) = match response.extensions().get::<handlers::BodySeen>() {
+        Some(seen) => (seen.bytes, seen.digest.as_str()),
+        None => (0, ""),
+    };
     match response.extensions().get::<Outcome>() {
-        Some(Outcome::Allocated { servers, uuid }) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, server = %uuid, "request")
-        }
-        Some(Outcome::NoServer { servers, reason }) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, reason = %reason, "request")
-        }
+        Some(Outcome::Allocated { servers, uuid }) => tracing::info!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, server = %uuid, "request"
+        ),
+        Some(Outcome::NoServer { servers, reason }) => tracing::info!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, reason = %reason, "request"
+        ),
         Some(Outcome::Capacity { servers }) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, servers, "request")
+            tracing::info!(req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, "request")
         }
-        Some(Outcome::Failed(error)) if status >= 500 => {
-            tracing::error!(req_id = %id, method, path, status, latency_ms, error = %error, "request")
-        }
-        Some(Outcome::Failed(error)) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, error = %error, "request")
-        }
+        Some(Outcome::Failed(error)) if status >= 500 => tracing::error!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+        ),
+        Some(Outcome::Failed(error)) => tracing::info!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+        ),
         Some(Outcome::Ping) | None => tracing::debug!(req_id = %id, method, path, status, latency_ms, "request"),
     }
     response
 }
 
+/// Checks `Authorization: Bearer <token>` when a token is configured.
+async fn require_token(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if let Some(token) = app.auth_token() {
+        let given = request
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
+            return axum::response::IntoResponse::into_response(ApiError::Unauthorized);
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit, so timing does not reveal how much of a token matched.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, &x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
 /// The router with every endpoint and layer.
 pub fn router(app: Arc<AppState>) -> Router {
-    let limit = app.limits().max_body_bytes;
-    Router::new()
+    let guarded = Router::new()
         .route("/allocate", post(handlers::allocate))
         .route("/capacity", post(handlers::capacity))
+        .route("/admin/reload", post(handlers::reload))
+        .route_layer(middleware::from_fn_with_state(app.clone(), require_token));
+    Router::new()
+        .merge(guarded)
         .route("/ping", get(handlers::ping))
         .route("/openapi.json", get(handlers::openapi_json))
         .route("/metrics", get(handlers::metrics))
         .fallback(handlers::not_found)
         .method_not_allowed_fallback(handlers::method_not_allowed)
-        .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(ApiError::Internal("the request failed unexpectedly".into()))
         }))

@@ -126,6 +126,29 @@ pub struct PingResponse {
     pub uptime_seconds: u64,
 }
 
+/// A reload was accepted.
+#[derive(Serialize, ToSchema)]
+pub struct ReloadResponse {
+    /// `reloaded`.
+    pub status: String,
+    /// Short hash of the now-running allocation description and defaults.
+    pub config: String,
+}
+
+/// Declares the optional bearer token.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -137,8 +160,10 @@ pub struct PingResponse {
         super::handlers::capacity,
         super::handlers::ping,
         super::handlers::openapi_json,
-        super::handlers::metrics
+        super::handlers::metrics,
+        super::handlers::reload
     ),
+    modifiers(&BearerAuth),
     components(schemas(
         AllocateRequest,
         AllocateResponse,
@@ -150,7 +175,8 @@ pub struct PingResponse {
         CapacityRequest,
         CapacityResponse,
         CapacityEntry,
-        PingResponse
+        PingResponse,
+        ReloadResponse
     ))
 )]
 pub struct ApiDoc;

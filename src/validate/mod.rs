@@ -17,7 +17,7 @@ mod server;
 use serde::Serialize;
 
 use crate::js::Js;
-use crate::model::AllocateBody;
+use crate::model::{AllocateBody, Server};
 
 pub use defaults::validate_defaults;
 pub use patterns::{is_platform, is_uuid};
@@ -50,10 +50,32 @@ impl FieldError {
 /// Order: image, package, VM payload, then dapi's VM checks (`brand`, `vcpus`), the NIC tag
 /// requirements, the NIC tags and the tickets.
 pub fn validate_allocate(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
+    validate_server_list(&body.servers)?;
     match first_failure(body) {
         Some((field, message)) => Err(FieldError::invalid(field, message)),
         None => Ok(()),
     }
+}
+
+/// dapi: the candidate list itself. An empty list is the caller's mistake (CNAPI never sent
+/// one: it answered 409 before calling the allocator), and a uuid given twice would make the
+/// answer ambiguous. Individual servers are not checked here: invalid ones are filtered, with
+/// their reasons, by `hard-filter-invalid-servers`.
+pub fn validate_server_list(servers: &[Server]) -> Result<(), FieldError> {
+    if servers.is_empty() {
+        return Err(FieldError::invalid("servers", r#""servers" array is empty"#));
+    }
+    let mut seen = std::collections::HashMap::with_capacity(servers.len());
+    for (i, server) in servers.iter().enumerate() {
+        let Some(uuid) = server.uuid.as_str() else { continue };
+        if let Some(first) = seen.insert(uuid, i) {
+            return Err(FieldError::invalid(
+                format!("servers[{i}].uuid"),
+                format!("duplicate server uuid {uuid} (also servers[{first}])"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> {

@@ -7,6 +7,7 @@
 
 use crate::js::{string_to_number, Js};
 use crate::model::{Image, Package, Ticket, VmPayload};
+use crate::plugins::shared::affinity::{js_regex, Affinity};
 
 use super::patterns::{self, is_array_index, is_platform, is_sdc_version, is_uuid};
 use super::schema::{self, property, Leaf, Ty};
@@ -43,6 +44,20 @@ pub fn validate_affinity(affinity: &Js) -> Option<String> {
         }
         if !matches!(rule.get("valueType").as_str(), Some("exact" | "glob" | "re")) {
             return Some(r#""affinity.valueType" has invalid value"#.into());
+        }
+    }
+    // dapi: a pattern that cannot compile (or is too large) is refused here, instead of
+    // failing the allocation step that would reach it.
+    for rule in rules {
+        let Ok(affinity) = Affinity::from_js(rule) else { continue };
+        for source in affinity.patterns() {
+            if let Err(e) = js_regex(&source) {
+                let why = match e {
+                    regex::Error::CompiledTooBig(_) => "is too large".to_string(),
+                    _ => "is not a valid regular expression".to_string(),
+                };
+                return Some(format!(r#""affinity.value" {} {why}"#, Js::str(&affinity.value).stringify()));
+            }
         }
     }
     None

@@ -574,10 +574,32 @@ fn affinity_rules() {
         (Js::from_json(&json!(["instance==web"])), r#""affinity.key" is not a string"#),
         (Js::from_json(&json!({"key": "a"})), r#""affinity" is not an array"#),
         (Js::str("x"), r#""affinity" is not an array"#),
+        // dapi: patterns that would not compile when the rule is resolved.
+        (
+            Js::from_json(
+                &json!([{"key": "instance", "operator": "==", "value": "/web(/", "isSoft": false, "valueType": "re"}]),
+            ),
+            r#""affinity.value" "/web(/" is not a valid regular expression"#,
+        ),
+        (
+            Js::from_json(
+                &json!([{"key": "container", "operator": "==", "value": "db(*", "isSoft": false, "valueType": "glob"}]),
+            ),
+            r#""affinity.value" "db(*" is not a valid regular expression"#,
+        ),
+        (
+            Js::from_json(
+                &json!([{"key": "role", "operator": "==", "value": "/(\\w{100}){100}/", "isSoft": false, "valueType": "re"}]),
+            ),
+            r#""affinity.value" "/(\\w{100}){100}/" is too large"#,
+        ),
     ];
     for (input, expected) in cases {
         assert_eq!(validate_affinity(&input).as_deref(), Some(expected), "{}", input.stringify());
     }
+    // A tag glob is matched by the look-up itself, never compiled: any text is fine.
+    let tag_glob = json!([{"key": "role", "operator": "==", "value": "db(*", "isSoft": false, "valueType": "glob"}]);
+    assert_eq!(validate_affinity(&Js::from_json(&tag_glob)), None);
     for ok in [
         json!([]),
         json!([good.clone()]),
@@ -992,4 +1014,16 @@ fn recorded_cases_agree() {
             "{servers_checked} servers, {messages_checked} messages"
         );
     }
+}
+
+#[test]
+fn server_list_must_be_non_empty_without_duplicate_uuids() {
+    let servers = |v: Value| -> Vec<crate::model::Server> { serde_json::from_value(v).expect("servers") };
+    let err = validate_server_list(&servers(json!([]))).expect_err("empty");
+    assert_eq!((err.field.as_str(), err.message.as_str()), ("servers", r#""servers" array is empty"#));
+    let err = validate_server_list(&servers(json!([{"uuid": U1}, {}, {}, {"uuid": U1}]))).expect_err("duplicate");
+    assert_eq!(err.field, "servers[3].uuid");
+    assert_eq!(err.message, format!("duplicate server uuid {U1} (also servers[0])"));
+    // Servers without a string uuid are not compared (hard-filter-invalid-servers reports them).
+    assert!(validate_server_list(&servers(json!([{}, {}, {"uuid": 5}, {"uuid": 5}]))).is_ok());
 }

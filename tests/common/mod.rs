@@ -60,10 +60,18 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
-    stream.write_all(head.as_bytes()).await.expect("write head");
-    stream.write_all(body).await.expect("write body");
+    // The server may answer (413, 503) and close before the whole body is sent: keep what it
+    // said rather than the write error.
+    let _ = stream.write_all(head.as_bytes()).await;
+    let _ = stream.write_all(body).await;
     let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.expect("read answer");
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+    }
     parse_reply(&raw)
 }
 

@@ -78,6 +78,22 @@ impl Affinity {
         chars.next_back();
         chars.collect()
     }
+
+    /// The alias regex of an instance `glob` (full-search fallback): `*` becomes `.*`, and
+    /// nothing else is escaped, as in the original.
+    fn glob_source(&self) -> String {
+        format!("^{}$", self.value.replace('*', ".*"))
+    }
+
+    /// Every regex this rule may compile when it is resolved: `re` values, and instance
+    /// globs (tag globs use the look-up's own `*` matching).
+    pub fn patterns(&self) -> Vec<String> {
+        match self.value_type.as_str() {
+            "re" => vec![self.regex_source()],
+            "glob" if self.is_instance() => vec![self.glob_source()],
+            _ => Vec::new(),
+        }
+    }
 }
 
 /// The locality derived from affinities.
@@ -261,7 +277,7 @@ impl Resolver<'_> {
                 Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
             }
             "glob" => {
-                let re = compile(aff, &format!("^{}$", aff.value.replace('*', ".*")))?;
+                let re = compile(aff, &aff.glob_source())?;
                 Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
             }
             "exact" => {
