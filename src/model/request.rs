@@ -127,6 +127,26 @@ fn parse_servers<'a>(
     (errors.len() == before).then_some((raws, servers))
 }
 
+/// Reads the tickets; a ticket that is not an object gets `validateTickets`' message.
+fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Ticket>> {
+    let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(FieldError::invalid("tickets", format!("cannot be read: {e}")));
+            return None;
+        }
+    };
+    let mut tickets = Vec::with_capacity(raws.len());
+    for r in raws {
+        if ParamType::of(Some(r)) != ParamType::Object {
+            errors.push(FieldError::invalid("tickets", r#"ticket uuid "undefined" - "ticket" has invalid type"#));
+            return None;
+        }
+        tickets.push(parse_typed::<Ticket>("tickets", r, errors)?);
+    }
+    Some(tickets)
+}
+
 /// Reads a `POST /allocate` body: `{servers, vm, image|img, package|pkg?, tickets?,
 /// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
@@ -186,7 +206,7 @@ pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
     let image = image_raw.and_then(|r| parse_typed::<Image>("image", r, &mut errors));
     let mut vm = vm_raw.and_then(|r| parse_typed::<VmPayload>("vm", r, &mut errors));
     let tickets = match tickets_raw {
-        Some(r) => parse_typed::<Vec<Ticket>>("tickets", r, &mut errors),
+        Some(r) => parse_tickets(r, &mut errors),
         None => Some(Vec::new()),
     };
 

@@ -290,6 +290,14 @@ pub fn validate_vm_extensions(vm: &VmPayload) -> Option<String> {
     if !matches!(vm.vcpus, Js::Undefined | Js::Null | Js::Num(_)) {
         return Some(r#"VM "vcpus" is not a number"#.into());
     }
+    // Negative sizes are nonsense the original let through (they fit anywhere).
+    for (name, value) in
+        [("ram", &vm.ram_mib), ("quota", &vm.quota_gib), ("cpu_cap", &vm.cpu_cap_pct), ("vcpus", &vm.vcpus)]
+    {
+        if value.as_num().is_some_and(|n| n < 0.0) {
+            return Some(format!(r#"VM "{name}" must not be negative"#));
+        }
+    }
     None
 }
 

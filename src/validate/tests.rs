@@ -843,7 +843,7 @@ fn allocate(body: Value) -> Result<(), FieldError> {
 }
 
 fn body(changes: Value) -> Value {
-    let mut b = json!({"servers": [], "vm": base_vm(), "image": {}, "package": {}, "tickets": []});
+    let mut b = json!({"servers": [{"uuid": U1}], "vm": base_vm(), "image": {}, "package": {}, "tickets": []});
     for (k, v) in changes.as_object().expect("object").clone() {
         b = set(b, &[&k], if v.is_null() { None } else { Some(v) });
     }
@@ -893,6 +893,10 @@ fn allocate_dapi_vm_checks() {
     assert_eq!(allocate(with_vm("brand", Some(json!(["lx"])))), field_error("vm", r#"VM "brand" is not a string"#));
     assert_eq!(allocate(with_vm("vcpus", Some(json!("2")))), field_error("vm", r#"VM "vcpus" is not a number"#));
     assert_eq!(allocate(with_vm("vcpus", Some(json!(false)))), field_error("vm", r#"VM "vcpus" is not a number"#));
+    for name in ["ram", "quota", "cpu_cap", "vcpus"] {
+        let message = format!(r#"VM "{name}" must not be negative"#);
+        assert_eq!(allocate(with_vm(name, Some(json!(-1)))), field_error("vm", &message));
+    }
     for ok in [json!(null), json!(0), json!(4)] {
         assert_eq!(allocate(with_vm("vcpus", Some(ok.clone()))), Ok(()), "{ok}");
     }
