@@ -341,6 +341,22 @@ mod tests {
         Step { plugin: "x", name, remaining: vec![], reasons, received: 1, elapsed: Duration::ZERO }
     }
 
+    #[tokio::test]
+    async fn a_panic_inside_a_request_is_a_500_and_frees_its_permit() {
+        let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
+        let app = Arc::new(AppState::new(config, None).expect("state"));
+        let permits = app.permits.available_permits();
+        let (seen, result) = run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _| -> Result<(), ApiError> {
+            panic!("a bug")
+        })
+        .await;
+        assert!(matches!(result, Err(ApiError::Internal(_))), "{result:?}");
+        assert_eq!(seen.map(|s| s.bytes), Some(2));
+        assert_eq!(app.permits.available_permits(), permits);
+        let response = respond(None, result.map(|()| StatusCode::OK.into_response()));
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
     #[test]
     fn the_409_reason_follows_cnapi() {
         assert_eq!(
