@@ -205,44 +205,53 @@ fn arb_server(n: u32) -> impl Strategy<Value = Value> {
         prop::collection::vec(arb_vm_on_server(), 0..6),
         prop::option::of(prop::sample::select(vec![json!({}), json!({"ssd": true}), json!({"ssd": false})])),
     )
-        .prop_map(move |((setup, running, reserved, headnode), (mem, ratio, pool, alloc), (tags, link), (sdc, year, cores), vms, traits)| {
-            let vms: serde_json::Map<String, Value> =
-                vms.into_iter().enumerate().map(|(i, vm)| (uuid(n * 100 + i as u32), vm)).collect();
-            let platform = format!("{year}0101T000000Z");
-            let mut server = json!({
-                "uuid": uuid(n),
-                "setup": setup,
-                "reserved": reserved,
-                "headnode": headnode,
-                "memory_available_bytes": 1,
-                "memory_total_bytes": mem,
-                "reservation_ratio": ratio,
-                "disk_pool_size_bytes": pool,
-                "disk_pool_alloc_bytes": alloc,
-                "disk_system_used_bytes": 0,
-                "disk_installed_images_used_bytes": 0,
-                "disk_cores_quota_used_bytes": 0,
-                "disk_zone_quota_bytes": 0,
-                "disk_zone_quota_used_bytes": 0,
-                "disk_kvm_quota_bytes": 0,
-                "disk_kvm_zvol_volsize_bytes": 0,
-                "current_platform": platform,
-                "sysinfo": {
-                    "Live Image": platform,
-                    "SDC Version": sdc,
-                    "CPU Total Cores": cores,
-                    "Network Interfaces": {"e0": {"Link Status": link, "NIC Names": tags}}
-                },
-                "vms": vms,
-            });
-            if running {
-                server["status"] = json!("running");
-            }
-            if let Some(t) = traits {
-                server["traits"] = t;
-            }
-            server
-        })
+        .prop_map(
+            move |(
+                (setup, running, reserved, headnode),
+                (mem, ratio, pool, alloc),
+                (tags, link),
+                (sdc, year, cores),
+                vms,
+                traits,
+            )| {
+                let vms: serde_json::Map<String, Value> =
+                    vms.into_iter().enumerate().map(|(i, vm)| (uuid(n * 100 + i as u32), vm)).collect();
+                let platform = format!("{year}0101T000000Z");
+                let mut server = json!({
+                    "uuid": uuid(n),
+                    "setup": setup,
+                    "reserved": reserved,
+                    "headnode": headnode,
+                    "memory_available_bytes": 1,
+                    "memory_total_bytes": mem,
+                    "reservation_ratio": ratio,
+                    "disk_pool_size_bytes": pool,
+                    "disk_pool_alloc_bytes": alloc,
+                    "disk_system_used_bytes": 0,
+                    "disk_installed_images_used_bytes": 0,
+                    "disk_cores_quota_used_bytes": 0,
+                    "disk_zone_quota_bytes": 0,
+                    "disk_zone_quota_used_bytes": 0,
+                    "disk_kvm_quota_bytes": 0,
+                    "disk_kvm_zvol_volsize_bytes": 0,
+                    "current_platform": platform,
+                    "sysinfo": {
+                        "Live Image": platform,
+                        "SDC Version": sdc,
+                        "CPU Total Cores": cores,
+                        "Network Interfaces": {"e0": {"Link Status": link, "NIC Names": tags}}
+                    },
+                    "vms": vms,
+                });
+                if running {
+                    server["status"] = json!("running");
+                }
+                if let Some(t) = traits {
+                    server["traits"] = t;
+                }
+                server
+            },
+        )
 }
 
 fn arb_request() -> impl Strategy<Value = Value> {
@@ -273,18 +282,20 @@ fn arb_request() -> impl Strategy<Value = Value> {
             }
             vm
         });
-    let package = prop::option::of((prop::option::of(1u64..400), prop::option::of(prop::sample::select(vec!["1", "1.5", "2"]))).prop_map(
-        |(cap, ratio)| {
-            let mut p = json!({"max_physical_memory": 1024});
-            if let Some(c) = cap {
-                p["cpu_cap"] = json!(c);
-            }
-            if let Some(r) = ratio {
-                p["overprovision_memory"] = json!(r);
-            }
-            p
-        },
-    ));
+    let package = prop::option::of(
+        (prop::option::of(1u64..400), prop::option::of(prop::sample::select(vec!["1", "1.5", "2"]))).prop_map(
+            |(cap, ratio)| {
+                let mut p = json!({"max_physical_memory": 1024});
+                if let Some(c) = cap {
+                    p["cpu_cap"] = json!(c);
+                }
+                if let Some(r) = ratio {
+                    p["overprovision_memory"] = json!(r);
+                }
+                p
+            },
+        ),
+    );
     (servers, vm, package, any::<u64>()).prop_map(|(servers, vm, package, seed)| {
         let mut req = json!({"servers": servers, "vm": vm, "image": {}, "tickets": [], "seed": seed});
         if let Some(p) = package {

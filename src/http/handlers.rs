@@ -346,10 +346,9 @@ mod tests {
         let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
         let app = Arc::new(AppState::new(config, None).expect("state"));
         let permits = app.permits.available_permits();
-        let (seen, result) = run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _| -> Result<(), ApiError> {
-            panic!("a bug")
-        })
-        .await;
+        let (seen, result) =
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _| -> Result<(), ApiError> { panic!("a bug") })
+                .await;
         assert!(matches!(result, Err(ApiError::Internal(_))), "{result:?}");
         assert_eq!(seen.map(|s| s.bytes), Some(2));
         assert_eq!(app.permits.available_permits(), permits);
