@@ -16,6 +16,8 @@ test:
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	@command -v cargo-deny >/dev/null || $(CARGO) install --locked cargo-deny
+	$(CARGO) deny check licenses bans sources
 
 conformance: build
 	python3 $(SHARED)/conformance/check.py --cmd 'target/release/dapi allocate' $(SHARED)/conformance/cases
