@@ -107,7 +107,8 @@ def main():
             t.start()
         for t in threads:
             t.join()
-        time.sleep(2)
+        # Let idle blocking threads retire (10 s) and the periodic trim run.
+        time.sleep(15)
         alive = server.poll() is None
         rss_end = rss_kib(server.pid) if alive else 0
         peak = rss_kib(server.pid, 'VmHWM') if alive else 0

@@ -239,6 +239,12 @@ async fn shutdown_signal() {
 /// this glibc keeps their pages in its per-thread arenas and the RSS stays at the peak.
 fn spawn_memory_release() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes the allocator; two arenas bound how much freed memory
+    // per-thread arenas can strand (allocation threads come and go).
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     tokio::spawn(async {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
         loop {
