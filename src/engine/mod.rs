@@ -147,7 +147,22 @@ pub struct AllocateAnswer<'a> {
     pub steps: StepsView<'a>,
 }
 
+/// How the steps of an answer are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepsFormat {
+    /// Every step lists the servers remaining after it (the original's format).
+    #[default]
+    Full,
+    /// Every step lists only the servers it removed.
+    Removed,
+}
+
 impl Allocation {
+    /// The answer as JSON bytes.
+    pub fn answer_json(&self, body: &AllocateBody<'_>, _format: StepsFormat) -> serde_json::Result<Vec<u8>> {
+        serde_json::to_vec(&self.answer(&body.raw_servers, &body.servers))
+    }
+
     pub fn answer<'a>(&'a self, raw_servers: &[&RawValue], servers: &'a [Server]) -> AllocateAnswer<'a> {
         let server = self.chosen.map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
         AllocateAnswer { server, steps: StepsView { servers, received: servers.len(), steps: &self.steps } }
