@@ -21,7 +21,8 @@ pub enum Js {
     Num(f64),
     Str(Box<str>),
     Arr(Vec<Js>),
-    Obj(JsObject),
+    /// Boxed: objects are rare next to scalars, and this keeps every `Js` at 32 bytes.
+    Obj(Box<JsObject>),
 }
 
 /// An object with JS key order (insertion order; a repeated key keeps its first position).
@@ -33,6 +34,10 @@ pub static UNDEFINED: Js = Js::Undefined;
 impl Js {
     pub fn str(s: &str) -> Js {
         Js::Str(s.into())
+    }
+
+    pub fn obj(o: JsObject) -> Js {
+        Js::Obj(Box::new(o))
     }
 
     pub fn is_undefined(&self) -> bool {
@@ -172,7 +177,7 @@ impl Js {
             Js::Obj(o) => {
                 out.push('{');
                 let mut first = true;
-                for (k, v) in o {
+                for (k, v) in o.iter() {
                     if v.is_undefined() {
                         continue;
                     }
@@ -212,7 +217,7 @@ impl Js {
             Value::Number(n) => Js::Num(n.as_f64().unwrap_or(f64::NAN)),
             Value::String(s) => Js::str(s),
             Value::Array(a) => Js::Arr(a.iter().map(Js::from_json).collect()),
-            Value::Object(o) => Js::Obj(o.iter().map(|(k, v)| (k.as_str().into(), Js::from_json(v))).collect()),
+            Value::Object(o) => Js::obj(o.iter().map(|(k, v)| (k.as_str().into(), Js::from_json(v))).collect()),
         }
     }
 }
@@ -491,7 +496,7 @@ impl<'de> Visitor<'de> for JsVisitor {
             // JSON.parse keeps the last value of a repeated key at its first position.
             obj.insert(k, v);
         }
-        Ok(Js::Obj(obj))
+        Ok(Js::obj(obj))
     }
 }
 

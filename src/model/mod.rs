@@ -150,7 +150,6 @@ pub struct ServerVm {
     pub tags: Js,
     pub internal_metadata: Js,
     pub docker: Js,
-    pub last_modified: Js,
 }
 
 /// The VM payload: what is to be allocated.

@@ -100,7 +100,7 @@ impl DerivedLocality {
         if !self.far.is_empty() {
             obj.insert("far".into(), list(&self.far));
         }
-        Js::Obj(obj)
+        Js::obj(obj)
     }
 }
 

@@ -78,7 +78,7 @@ impl PlatformMap {
 
     /// `JSON.stringify` of the cleaned map.
     pub fn json(&self) -> String {
-        Js::Obj(self.map.clone()).stringify()
+        Js::obj(self.map.clone()).stringify()
     }
 
     /// `map[String(version)]` (`undefined` when absent).

@@ -24,7 +24,7 @@ const KVM_EXTRA_BYTES: f64 = 10.0 * GIB;
 pub fn default_ratios() -> Js {
     let ratios: JsObject =
         [("ram", 1.0), ("disk", 1.0), ("cpu", 4.0)].into_iter().map(|(k, v)| (k.into(), Js::Num(v))).collect();
-    Js::Obj(ratios)
+    Js::obj(ratios)
 }
 
 /// HVM brands: their memory is never overprovisioned and they carry zvols.

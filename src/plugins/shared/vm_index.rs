@@ -65,7 +65,7 @@ impl IndexedVm {
     /// stay `undefined` and so vanish from JSON).
     pub fn project(&self, fields: &[&str]) -> Js {
         let obj: JsObject = fields.iter().map(|&f| (f.into(), self.field(f))).collect();
-        Js::Obj(obj)
+        Js::obj(obj)
     }
 
     fn owned_by(&self, owner: &str) -> bool {
@@ -189,7 +189,7 @@ pub struct VmIndex {
 impl VmIndex {
     pub fn build(servers: &[Server]) -> VmIndex {
         let mut index = VmIndex::default();
-        let or_empty = |v: &Js| if v.is_undefined() { Js::Obj(JsObject::new()) } else { v.clone() };
+        let or_empty = |v: &Js| if v.is_undefined() { Js::obj(JsObject::new()) } else { v.clone() };
         for (server, s) in servers.iter().enumerate() {
             for (uuid, vm) in s.inline_vms() {
                 let at = index.vms.len();
