@@ -222,6 +222,122 @@ impl Js {
     }
 }
 
+/// A read-only view of a value: a [`Js`], or a plain string or number that a compact model
+/// keeps without building a `Js` (the VMs on servers). Reads follow the same JS rules as
+/// the `Js` methods of the same names.
+#[derive(Debug, Clone, Copy)]
+pub enum JsRef<'a> {
+    Undefined,
+    Num(f64),
+    Str(&'a str),
+    Js(&'a Js),
+}
+
+impl<'a> From<&'a Js> for JsRef<'a> {
+    fn from(v: &'a Js) -> JsRef<'a> {
+        JsRef::Js(v)
+    }
+}
+
+impl<'a> JsRef<'a> {
+    /// An optional string: absent reads as `undefined`.
+    pub fn opt_str(s: Option<&'a str>) -> JsRef<'a> {
+        s.map_or(JsRef::Undefined, JsRef::Str)
+    }
+
+    /// A number where NaN marks an absent value (JSON numbers are never NaN).
+    pub fn nan_absent(n: f64) -> JsRef<'a> {
+        if n.is_nan() {
+            JsRef::Undefined
+        } else {
+            JsRef::Num(n)
+        }
+    }
+
+    pub fn is_undefined(self) -> bool {
+        match self {
+            JsRef::Undefined => true,
+            JsRef::Js(v) => v.is_undefined(),
+            _ => false,
+        }
+    }
+
+    pub fn as_str(self) -> Option<&'a str> {
+        match self {
+            JsRef::Str(s) => Some(s),
+            JsRef::Js(v) => v.as_str(),
+            _ => None,
+        }
+    }
+
+    pub fn truthy(self) -> bool {
+        match self {
+            JsRef::Undefined => false,
+            JsRef::Num(n) => n != 0.0 && !n.is_nan(),
+            JsRef::Str(s) => !s.is_empty(),
+            JsRef::Js(v) => v.truthy(),
+        }
+    }
+
+    pub fn num(self) -> f64 {
+        match self {
+            JsRef::Undefined => f64::NAN,
+            JsRef::Num(n) => n,
+            JsRef::Str(s) => string_to_number(s),
+            JsRef::Js(v) => v.num(),
+        }
+    }
+
+    /// `x[key]`: only objects have properties.
+    pub fn get(self, key: &str) -> &'a Js {
+        match self {
+            JsRef::Js(v) => v.get(key),
+            _ => &UNDEFINED,
+        }
+    }
+
+    pub fn has(self, key: &str) -> bool {
+        matches!(self, JsRef::Js(v) if v.has(key))
+    }
+
+    /// The value as an owned [`Js`].
+    pub fn to_js(self) -> Js {
+        match self {
+            JsRef::Undefined => Js::Undefined,
+            JsRef::Num(n) => Js::Num(n),
+            JsRef::Str(s) => Js::str(s),
+            JsRef::Js(v) => v.clone(),
+        }
+    }
+
+    pub fn to_js_string(self) -> String {
+        match self {
+            JsRef::Undefined => "undefined".into(),
+            JsRef::Num(n) => fmt_num(n),
+            JsRef::Str(s) => s.to_string(),
+            JsRef::Js(v) => v.to_js_string(),
+        }
+    }
+
+    pub fn stringify(self) -> String {
+        match self {
+            JsRef::Js(v) => v.stringify(),
+            other => other.to_js().stringify(),
+        }
+    }
+
+    /// `self === other`.
+    pub fn strict_eq(self, other: &Js) -> bool {
+        match (self, other) {
+            (JsRef::Js(v), _) => strict_eq(v, other),
+            (JsRef::Undefined, Js::Undefined) => true,
+            (JsRef::Num(x), Js::Num(y)) => x == *y,
+            (JsRef::Str(x), Js::Str(y)) => x == &**y,
+            _ => false,
+        }
+    }
+}
+
 /// A number as JSON: integral values print without a fraction, NaN/Infinity as `null`.
 pub fn num_to_json(n: f64) -> serde_json::Value {
     if !n.is_finite() {

@@ -8,11 +8,10 @@
 use std::cell::OnceCell;
 
 use rand::rngs::StdRng;
-use serde_json::value::RawValue;
 
 use super::defaults::Defaults;
 use crate::js::Js;
-use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload};
+use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 use crate::plugins::shared::vm_index::VmIndex;
 
 /// Index of a server in the request's `servers` list.
@@ -36,7 +35,7 @@ pub struct ServerState {
     pub ratios: Option<Js>,
     pub unreserved: Option<Unreserved>,
     /// VMs added from open provisioning tickets, after the server's own.
-    pub ticket_vms: Vec<(Box<str>, ServerVm)>,
+    pub ticket_vms: Vec<(Box<str>, ServerVm<'static>)>,
     /// Added to `disk_zone_quota_bytes` for ticketed VMs.
     pub zone_quota_added_bytes: f64,
     /// Added to `disk_kvm_zvol_volsize_bytes` for ticketed KVM VMs.
@@ -86,7 +85,7 @@ impl<'r> PackageState<'r> {
 
 /// One allocation (or capacity) run's working set.
 pub struct Request<'r> {
-    pub servers: &'r [Server],
+    pub servers: &'r [Server<'r>],
     pub state: Vec<ServerState>,
     pub vm: &'r VmPayload,
     /// `vm.cpu_cap`, possibly copied from the package by `hard-filter-min-cpu`.
@@ -100,14 +99,14 @@ pub struct Request<'r> {
     pub rng: StdRng,
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
-    pub raw_servers: Vec<&'r RawValue>,
+    pub raw_servers: &'r [&'r str],
     vm_index: OnceCell<VmIndex>,
 }
 
 impl<'r> Request<'r> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        servers: &'r [Server],
+        servers: &'r [Server<'r>],
         vm: &'r VmPayload,
         image: &'r Image,
         package: Option<&'r Package>,
@@ -126,12 +125,12 @@ impl<'r> Request<'r> {
             tickets,
             defaults,
             rng,
-            raw_servers: Vec::new(),
+            raw_servers: &[],
             vm_index: OnceCell::new(),
         }
     }
 
-    pub fn server(&self, id: ServerId) -> &'r Server {
+    pub fn server(&self, id: ServerId) -> &'r Server<'r> {
         &self.servers[id]
     }
 
@@ -146,19 +145,19 @@ impl<'r> Request<'r> {
     }
 
     /// The server's VMs: those sent inline, then those added from tickets.
-    pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm)> {
+    pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm<'r>)> {
         self.servers[id].inline_vms().chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
     }
 
     /// `server.vms[uuid]`, looking at inline and ticketed VMs.
-    pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm> {
-        let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.obj_or_empty());
+    pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm<'r>> {
+        let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.as_obj().unwrap_or(&EMPTY_VM));
         inline.or_else(|| self.state[id].ticket_vms.iter().find(|(k, _)| &**k == uuid).map(|(_, v)| v))
     }
 
     /// Number of VMs on the server (inline and ticketed).
     pub fn vm_count(&self, id: ServerId) -> usize {
-        self.servers[id].vms.as_obj().map_or(0, |m| m.len()) + self.state[id].ticket_vms.len()
+        self.servers[id].inline_vm_count() + self.state[id].ticket_vms.len()
     }
 
     /// The request's VMs, indexed for affinity and volumes-from look-ups (built on first use,

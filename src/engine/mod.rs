@@ -12,7 +12,6 @@ pub mod summary;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 pub use context::{Request, ServerId, ServerState, Unreserved};
@@ -104,7 +103,7 @@ impl Engine {
             &self.defaults,
             rng,
         );
-        req.raw_servers = body.raw_servers.clone();
+        req.raw_servers = &body.raw_servers;
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
@@ -113,7 +112,7 @@ impl Engine {
     }
 
     /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.
-    pub fn capacity(&self, servers: &[Server]) -> Result<Capacity, PluginError> {
+    pub fn capacity(&self, servers: &[Server<'_>]) -> Result<Capacity, PluginError> {
         let (vm, image) = (VmPayload::default(), Image::default());
         let mut req = Request::new(servers, &vm, &image, None, &[], &self.defaults, StdRng::seed_from_u64(0));
         let mut steps = Vec::new();
@@ -163,7 +162,7 @@ impl Allocation {
         serde_json::to_vec(&self.answer(&body.raw_servers, &body.servers))
     }
 
-    pub fn answer<'a>(&'a self, raw_servers: &[&RawValue], servers: &'a [Server]) -> AllocateAnswer<'a> {
+    pub fn answer<'a>(&'a self, raw_servers: &[&str], servers: &'a [Server<'a>]) -> AllocateAnswer<'a> {
         let server = self.chosen.map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
         AllocateAnswer { server, steps: StepsView { servers, received: servers.len(), steps: &self.steps } }
     }

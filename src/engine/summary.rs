@@ -7,7 +7,6 @@
 use indexmap::IndexMap;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::context::{ServerId, ServerState};
@@ -85,7 +84,7 @@ pub struct Step {
 /// The step summary as `POST /allocate` answers it: `Received by DAPI` first, then one
 /// `{step, remaining, reasons?}` per plugin run.
 pub struct StepsView<'a> {
-    pub servers: &'a [Server],
+    pub servers: &'a [Server<'a>],
     pub received: usize,
     pub steps: &'a [Step],
 }
@@ -118,7 +117,7 @@ enum Ids<'a> {
 }
 
 struct StepView<'a> {
-    servers: &'a [Server],
+    servers: &'a [Server<'a>],
     name: &'a str,
     ids: Ids<'a>,
     reasons: Option<&'a Reasons>,
@@ -140,7 +139,7 @@ impl Serialize for StepView<'_> {
 }
 
 /// Server uuids (`null` for a server without one).
-struct UuidList<'a, I>(&'a [Server], I);
+struct UuidList<'a, I>(&'a [Server<'a>], I);
 
 impl<I: Iterator<Item = ServerId> + Clone> Serialize for UuidList<'_, I> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -157,8 +156,8 @@ impl<I: Iterator<Item = ServerId> + Clone> Serialize for UuidList<'_, I> {
 
 /// The chosen server as the caller sent it, without `vms`, with the allocation's
 /// additions written over or appended in the order the original set them.
-pub fn chosen_server_json(raw: &RawValue, server: &Server, state: &ServerState) -> Value {
-    let mut value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Value {
+    let mut value: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
     let Some(obj) = value.as_object_mut() else { return value };
     obj.insert("score".into(), num_to_json(state.score));
     if let Some(ratios) = &state.ratios {

@@ -64,7 +64,7 @@ pub fn norm_near_far(value: &Js, name: &str) -> Result<Vec<String>, PluginError>
 
 /// Whether the server hosts VM `uuid` and it belongs to `owner` (inline or ticketed VMs).
 pub fn hosts_owned(req: &Request<'_>, id: ServerId, uuid: &str, owner: &str) -> bool {
-    req.vm_on(id, uuid).is_some_and(|vm| vm.owner_uuid.as_str() == Some(owner))
+    req.vm_on(id, uuid).is_some_and(|vm| vm.owner_uuid().as_str() == Some(owner))
 }
 
 /// Removes servers hosting any `far` VM of the owner, with reason `exclude: inst!=<uuid>`

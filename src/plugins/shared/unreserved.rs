@@ -8,7 +8,7 @@
 //! it did.
 
 use crate::engine::{Request, ServerId, Unreserved};
-use crate::js::{js_add, js_min, Js, JsObject};
+use crate::js::{js_add, js_min, Js, JsObject, JsRef};
 use crate::model::{ServerVm, Shape};
 
 pub const MIB: f64 = 1_048_576.0;
@@ -28,8 +28,8 @@ pub fn default_ratios() -> Js {
 }
 
 /// HVM brands: their memory is never overprovisioned and they carry zvols.
-pub fn is_hvm_brand(brand: &Js) -> bool {
-    matches!(brand.as_str(), Some("bhyve" | "kvm"))
+pub fn is_hvm_brand<'v>(brand: impl Into<JsRef<'v>>) -> bool {
+    matches!(brand.into().as_str(), Some("bhyve" | "kvm"))
 }
 
 /// `ratio || 1`: a missing, zero or NaN ratio means full accounting.
@@ -76,18 +76,19 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
     let rc = ratio_or_one(ratios.get("cpu"));
     let rr = ratio_or_one(ratios.get("ram"));
     for (_, vm) in req.vms(id) {
-        let failed = vm.state.as_str() == Some("failed");
-        if vm.cpu_cap_pct.truthy() {
+        let failed = vm.state().as_str() == Some("failed");
+        let cpu_cap = vm.cpu_cap_pct();
+        if cpu_cap.truthy() {
             if !failed {
-                cpu -= vm.cpu_cap_pct.num() / rc;
+                cpu -= cpu_cap.num() / rc;
             }
         } else {
             // An uncapped VM may use every CPU: nothing is left, whatever came before.
             cpu = 0.0;
         }
         if !failed {
-            let promised = vm.max_physical_memory_mib.num();
-            ram -= if is_hvm_brand(&vm.brand) { promised } else { promised / rr };
+            let promised = vm.max_physical_memory_mib().num();
+            ram -= if is_hvm_brand(vm.brand()) { promised } else { promised / rr };
         }
     }
 
@@ -129,5 +130,5 @@ fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
 
 /// Only `kvm` gets the extra allowance; bhyve zvols live inside the zone quota.
 fn is_kvm(vm: &ServerVm) -> bool {
-    vm.brand.as_str() == Some("kvm")
+    vm.brand().as_str() == Some("kvm")
 }

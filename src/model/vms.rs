@@ -1,0 +1,511 @@
+//! The VMs on a server (`server.vms`), kept compactly.
+//!
+//! A datacenter-sized request is mostly VMs (about 30 per server), so how they are held
+//! decides the request's memory and much of its parse time. A VM whose fields are the
+//! ordinary ones — strings borrowed from the request body, plain numbers, and values that
+//! pass the server schema's VM checks — is a [`PlainVm`] of about 100 bytes that allocates
+//! nothing. Any other VM (an odd type, a value the schema refuses, `tags`,
+//! `internal_metadata` or `docker` present, a string with escapes) is kept whole as a
+//! [`FullVm`] of [`Js`] values, exactly as received. Plugins read either through the same
+//! accessors ([`ServerVm::brand`], ...), which return [`JsRef`] views.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use serde::de::{value::MapAccessDeserializer, value::SeqAccessDeserializer, Deserialize, Deserializer};
+use serde::de::{MapAccess, SeqAccess, Visitor};
+
+use super::Shape;
+use crate::js::{Js, JsRef};
+
+/// A VM already on a server (an entry of `server.vms`), or one added from a ticket.
+#[derive(Debug, Clone)]
+pub enum ServerVm<'a> {
+    Plain(PlainVm<'a>),
+    Full(Box<FullVm>),
+}
+
+/// A VM whose fields are all ordinary, borrowed from the request body. Holding one means
+/// the VM passes the server schema's VM checks (`owner_uuid` a lower-case uuid, `state` a
+/// non-empty string, `max_physical_memory` an integer ≥ 1, `quota` a number ≥ 0 if given,
+/// `cpu_cap` an integer ≥ 1 if given) and has no `tags`, `internal_metadata` or `docker`.
+/// Absent numbers are NaN (JSON numbers never are).
+#[derive(Debug, Clone, Copy)]
+pub struct PlainVm<'a> {
+    pub uuid: Option<&'a str>,
+    pub owner_uuid: &'a str,
+    pub brand: Option<&'a str>,
+    pub state: &'a str,
+    pub alias: Option<&'a str>,
+    pub max_physical_memory_mib: f64,
+    pub quota_gib: f64,
+    pub cpu_cap_pct: f64,
+}
+
+/// A VM with every field as received (or as built from a ticket).
+#[derive(Debug, Default, Clone)]
+pub struct FullVm {
+    pub uuid: Js,
+    pub owner_uuid: Js,
+    pub brand: Js,
+    pub state: Js,
+    /// Promised RAM (`max_physical_memory`), MiB.
+    pub max_physical_memory_mib: Js,
+    /// Promised disk (`quota`), GiB.
+    pub quota_gib: Js,
+    /// CPU cap, percent of one core.
+    pub cpu_cap_pct: Js,
+    pub alias: Js,
+    pub tags: Js,
+    pub internal_metadata: Js,
+    pub docker: Js,
+}
+
+impl From<FullVm> for ServerVm<'_> {
+    fn from(vm: FullVm) -> Self {
+        ServerVm::Full(Box::new(vm))
+    }
+}
+
+/// What a missing or non-object VM entry reads as: every field `undefined`.
+pub static EMPTY_VM: ServerVm<'static> = ServerVm::Plain(PlainVm {
+    uuid: None,
+    owner_uuid: "",
+    brand: None,
+    state: "",
+    alias: None,
+    max_physical_memory_mib: f64::NAN,
+    quota_gib: f64::NAN,
+    cpu_cap_pct: f64::NAN,
+});
+
+macro_rules! accessors {
+    ($($(#[$doc:meta])* $name:ident: $plain:expr;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&self) -> JsRef<'_> {
+            match self {
+                ServerVm::Plain(p) => {
+                    let read: fn(&PlainVm<'a>) -> JsRef<'a> = $plain;
+                    read(p)
+                }
+                ServerVm::Full(f) => JsRef::Js(&f.$name),
+            }
+        }
+    )*};
+}
+
+impl<'a> ServerVm<'a> {
+    accessors! {
+        uuid: |p| JsRef::opt_str(p.uuid);
+        owner_uuid: |p| nonempty(p.owner_uuid);
+        brand: |p| JsRef::opt_str(p.brand);
+        state: |p| nonempty(p.state);
+        alias: |p| JsRef::opt_str(p.alias);
+        /// Promised RAM (`max_physical_memory`), MiB.
+        max_physical_memory_mib: |p| JsRef::nan_absent(p.max_physical_memory_mib);
+        /// Promised disk (`quota`), GiB.
+        quota_gib: |p| JsRef::nan_absent(p.quota_gib);
+        /// CPU cap, percent of one core.
+        cpu_cap_pct: |p| JsRef::nan_absent(p.cpu_cap_pct);
+        tags: |_| JsRef::Undefined;
+        internal_metadata: |_| JsRef::Undefined;
+        docker: |_| JsRef::Undefined;
+    }
+
+    /// The VM with every field as a [`Js`] (allocates for a plain VM).
+    pub fn to_full(&self) -> FullVm {
+        match self {
+            ServerVm::Full(f) => (**f).clone(),
+            ServerVm::Plain(_) => FullVm {
+                uuid: self.uuid().to_js(),
+                owner_uuid: self.owner_uuid().to_js(),
+                brand: self.brand().to_js(),
+                state: self.state().to_js(),
+                max_physical_memory_mib: self.max_physical_memory_mib().to_js(),
+                quota_gib: self.quota_gib().to_js(),
+                cpu_cap_pct: self.cpu_cap_pct().to_js(),
+                alias: self.alias().to_js(),
+                tags: Js::Undefined,
+                internal_metadata: Js::Undefined,
+                docker: Js::Undefined,
+            },
+        }
+    }
+}
+
+/// Plain VMs always carry these; only [`EMPTY_VM`] leaves them empty, reading `undefined`.
+fn nonempty(s: &str) -> JsRef<'_> {
+    if s.is_empty() {
+        JsRef::Undefined
+    } else {
+        JsRef::Str(s)
+    }
+}
+
+/// A field as the parser first sees it: borrowed string, number, absent, or anything else.
+#[derive(Debug, Default)]
+enum Raw<'a> {
+    #[default]
+    Absent,
+    Str(&'a str),
+    Num(f64),
+    Other(Js),
+}
+
+impl<'a> Raw<'a> {
+    fn into_js(self) -> Js {
+        match self {
+            Raw::Absent => Js::Undefined,
+            Raw::Str(s) => Js::str(s),
+            Raw::Num(n) => Js::Num(n),
+            Raw::Other(v) => v,
+        }
+    }
+
+    /// `Some(None)` when absent, `Some(Some(s))` for a borrowed string, else `None`.
+    fn opt_str(&self) -> Option<Option<&'a str>> {
+        match self {
+            Raw::Absent => Some(None),
+            Raw::Str(s) => Some(Some(s)),
+            _ => None,
+        }
+    }
+
+    fn str(&self) -> Option<&'a str> {
+        match self {
+            Raw::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// `Some(NaN)` when absent, `Some(n)` for a number, else `None`.
+    fn opt_num(&self) -> Option<f64> {
+        match self {
+            Raw::Absent => Some(f64::NAN),
+            Raw::Num(n) => Some(*n),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(RawVisitor)
+    }
+}
+
+struct RawVisitor;
+
+impl<'de> Visitor<'de> for RawVisitor {
+    type Value = Raw<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Raw<'de>, E> {
+        Ok(Raw::Str(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Raw<'de>, E> {
+        Ok(Raw::Other(Js::str(v)))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Raw<'de>, E> {
+        Ok(Raw::Num(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Raw<'de>, E> {
+        Ok(Raw::Num(v as f64))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Raw<'de>, E> {
+        Ok(Raw::Num(v as f64))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Raw<'de>, E> {
+        Ok(Raw::Other(Js::Bool(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Raw<'de>, E> {
+        Ok(Raw::Other(Js::Null))
+    }
+    fn visit_none<E>(self) -> Result<Raw<'de>, E> {
+        Ok(Raw::Other(Js::Null))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Raw<'de>, A::Error> {
+        Js::deserialize(SeqAccessDeserializer::new(seq)).map(Raw::Other)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Raw<'de>, A::Error> {
+        Js::deserialize(MapAccessDeserializer::new(map)).map(Raw::Other)
+    }
+}
+
+/// A VM object's fields as received, before choosing its form.
+#[derive(Default, serde::Deserialize)]
+#[serde(default)]
+struct Received<'a> {
+    #[serde(borrow)]
+    uuid: Raw<'a>,
+    #[serde(borrow)]
+    owner_uuid: Raw<'a>,
+    #[serde(borrow)]
+    brand: Raw<'a>,
+    #[serde(borrow)]
+    state: Raw<'a>,
+    #[serde(borrow)]
+    max_physical_memory: Raw<'a>,
+    #[serde(borrow)]
+    quota: Raw<'a>,
+    #[serde(borrow)]
+    cpu_cap: Raw<'a>,
+    #[serde(borrow)]
+    alias: Raw<'a>,
+    #[serde(borrow)]
+    tags: Raw<'a>,
+    #[serde(borrow)]
+    internal_metadata: Raw<'a>,
+    #[serde(borrow)]
+    docker: Raw<'a>,
+}
+
+impl<'a> Received<'a> {
+    fn plain(&self) -> Option<PlainVm<'a>> {
+        let absent = |r: &Raw| matches!(r, Raw::Absent);
+        if !(absent(&self.tags) && absent(&self.internal_metadata) && absent(&self.docker)) {
+            return None;
+        }
+        let vm = PlainVm {
+            uuid: self.uuid.opt_str()?,
+            owner_uuid: self.owner_uuid.str()?,
+            brand: self.brand.opt_str()?,
+            state: self.state.str()?,
+            alias: self.alias.opt_str()?,
+            max_physical_memory_mib: self.max_physical_memory.opt_num()?,
+            quota_gib: self.quota.opt_num()?,
+            cpu_cap_pct: self.cpu_cap.opt_num()?,
+        };
+        crate::validate::plain_vm_is_valid(&vm).then_some(vm)
+    }
+
+    fn into_vm(self) -> ServerVm<'a> {
+        if let Some(plain) = self.plain() {
+            return ServerVm::Plain(plain);
+        }
+        ServerVm::from(FullVm {
+            uuid: self.uuid.into_js(),
+            owner_uuid: self.owner_uuid.into_js(),
+            brand: self.brand.into_js(),
+            state: self.state.into_js(),
+            max_physical_memory_mib: self.max_physical_memory.into_js(),
+            quota_gib: self.quota.into_js(),
+            cpu_cap_pct: self.cpu_cap.into_js(),
+            alias: self.alias.into_js(),
+            tags: self.tags.into_js(),
+            internal_metadata: self.internal_metadata.into_js(),
+            docker: self.docker.into_js(),
+        })
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ServerVm<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Received::deserialize(d).map(Received::into_vm)
+    }
+}
+
+/// `server.vms`: VM uuid → VM (or whatever non-object value was sent), in the order sent;
+/// a repeated key keeps its first position and its last value, as `JSON.parse` does.
+#[derive(Debug, Default, Clone)]
+pub struct VmMap<'a> {
+    entries: Vec<(Cow<'a, str>, Shape<ServerVm<'a>>)>,
+}
+
+impl<'a> VmMap<'a> {
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Shape<ServerVm<'a>>> {
+        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Shape<ServerVm<'a>>)> + Clone {
+        self.entries.iter().map(|(k, v)| (&**k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.entries.iter().map(|(k, _)| &**k)
+    }
+
+    /// Appends, or replaces the value of a repeated key in place.
+    pub fn insert(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
+        match self.entries.iter_mut().find(|(k, _)| *k == key) {
+            Some(entry) => entry.1 = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+}
+
+/// A map key, borrowed from the body unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// FxHash-style hashing for the duplicate-key check: VM uuids are not attacker-chosen to
+/// collide in a way that matters (a collision only costs a string comparison).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let word = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
+            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+}
+
+/// Maps with more entries than this find repeated keys through a hash set.
+const LINEAR_DEDUP: usize = 8;
+
+impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = VmMap<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of VMs")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VmMap<'a>, A::Error> {
+                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)) };
+                let mut seen: HashMap<Cow<'a, str>, usize, BuildHasherDefault<KeyHasher>> = HashMap::default();
+                while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
+                    let value: Shape<ServerVm<'a>> = map.next_value()?;
+                    if vms.entries.len() < LINEAR_DEDUP {
+                        vms.insert(key, value);
+                        continue;
+                    }
+                    if seen.is_empty() {
+                        seen.extend(vms.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)));
+                    }
+                    match seen.get(&key) {
+                        Some(&i) => vms.entries[i].1 = value,
+                        None => {
+                            seen.insert(key.clone(), vms.entries.len());
+                            vms.entries.push((key, value));
+                        }
+                    }
+                }
+                Ok(vms)
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vms(text: &'static str) -> VmMap<'static> {
+        serde_json::from_str(text).expect("VM map")
+    }
+
+    fn vm<'m>(map: &'m VmMap<'static>, key: &str) -> &'m ServerVm<'static> {
+        map.get(key).and_then(Shape::as_obj).expect("a VM object")
+    }
+
+    const OWNER: &str = "930896af-bf8c-48d4-885c-6573a94b1853";
+
+    #[test]
+    fn ordinary_vms_are_plain_and_read_like_js() {
+        let text = r#"{"a": {"uuid": "a", "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "brand": "lx",
+                        "state": "running", "max_physical_memory": 512, "quota": 10, "alias": "x", "other": [1]}}"#;
+        let m = vms(text);
+        let v = vm(&m, "a");
+        assert!(matches!(v, ServerVm::Plain(_)));
+        assert_eq!(v.owner_uuid().as_str(), Some(OWNER));
+        assert_eq!(v.brand().as_str(), Some("lx"));
+        assert_eq!(v.max_physical_memory_mib().num(), 512.0);
+        assert!(v.cpu_cap_pct().is_undefined() && !v.cpu_cap_pct().truthy());
+        assert!(v.tags().is_undefined());
+        assert_eq!(v.quota_gib().stringify(), "10");
+    }
+
+    #[test]
+    fn anything_unusual_keeps_the_whole_vm() {
+        for body in [
+            r#"{"a": {"owner_uuid": "nope", "state": "running", "max_physical_memory": 512}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "", "max_physical_memory": 512}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": "512"}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 0.5}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 5, "cpu_cap": 0}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 5, "quota": -1}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 5, "tags": {}}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "run\u006eing", "max_physical_memory": 5}}"#,
+            r#"{"a": {"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 5, "brand": null}}"#,
+        ] {
+            let m = vms(body);
+            let v = vm(&m, "a");
+            assert!(matches!(v, ServerVm::Full(_)), "{body}");
+        }
+        let m = vms(r#"{"a": {"owner_uuid": 5, "state": "run\u006eing", "brand": null, "tags": {"k": 1}}}"#);
+        let v = vm(&m, "a");
+        assert_eq!(v.owner_uuid().num(), 5.0);
+        assert_eq!(v.state().as_str(), Some("running"));
+        assert_eq!(v.brand().stringify(), "null");
+        assert_eq!(v.tags().get("k").num(), 1.0);
+    }
+
+    #[test]
+    fn a_repeated_key_keeps_its_first_place_and_last_value() {
+        for n in [3, 20] {
+            let mut text = String::from("{");
+            for i in 0..n {
+                text.push_str(&format!("\"k{i}\": {{\"alias\": \"first{i}\"}},"));
+            }
+            text.push_str("\"k1\": {\"alias\": \"second\"}, \"z\": 1}");
+            let text: &'static str = Box::leak(text.into_boxed_str());
+            let m = vms(text);
+            assert_eq!(m.len(), n + 1);
+            let keys: Vec<&str> = m.keys().collect();
+            assert_eq!(keys[1], "k1");
+            assert_eq!(keys[n], "z");
+            assert_eq!(vm(&m, "k1").alias().as_str(), Some("second"));
+            assert!(matches!(m.get("z"), Some(Shape::Other(Js::Num(_)))));
+        }
+    }
+
+    #[test]
+    fn keys_with_escapes_are_owned() {
+        let m = vms(r#"{"a\"b": {}}"#);
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a\"b"]);
+    }
+}
