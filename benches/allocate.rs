@@ -268,10 +268,29 @@ fn measure(
 
 /// Runs one phase (`parse`, `engine` or `answer`) over and over for the budget, for
 /// profiling it alone: `BENCH_PROFILE=engine BENCH_SIZES=5000 perf record -g target/release/deps/allocate-*`.
+/// `steps` prints each plugin's median time instead.
 fn profile_loop(phase: &str, body: &[u8], engine: &dapi::engine::Engine, budget: Duration, format: StepsFormat) {
     let mut request = parse_allocate_body(body).unwrap_or_else(|_| panic!("the body parses"));
     validate_allocate(&mut request).unwrap_or_else(|e| panic!("the body is valid: {e:?}"));
     let allocation = engine.allocate(&request).expect("allocation runs");
+    if phase == "steps" {
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); allocation.steps.len()];
+        let started = Instant::now();
+        while started.elapsed() < budget {
+            let a = engine.allocate(&request).expect("allocation runs");
+            for (t, step) in times.iter_mut().zip(&a.steps) {
+                t.push(step.elapsed.as_secs_f64());
+            }
+        }
+        let mut total = 0.0;
+        for (step, t) in allocation.steps.iter().zip(times) {
+            let m = median(t).unwrap_or(f64::NAN);
+            total += m;
+            println!("{:>10.1} us  {:<34} {}", m * 1e6, step.plugin, step.remaining.len());
+        }
+        println!("{:>10.1} us  total of the medians", total * 1e6);
+        return;
+    }
     let started = Instant::now();
     let mut runs = 0;
     while started.elapsed() < budget {

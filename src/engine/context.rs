@@ -6,10 +6,12 @@
 //! instead, and plugins read the effective values through these accessors.
 
 use std::cell::OnceCell;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
 
 use super::defaults::Defaults;
+use super::reasons::{KeyTable, ServerKey};
 use crate::js::Js;
 use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 use crate::plugins::shared::vm_index::VmIndex;
@@ -101,6 +103,7 @@ pub struct Request<'r> {
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
     pub raw_servers: &'r [&'r str],
     vm_index: OnceCell<VmIndex>,
+    keys: OnceCell<Arc<KeyTable>>,
 }
 
 impl<'r> Request<'r> {
@@ -127,6 +130,7 @@ impl<'r> Request<'r> {
             rng,
             raw_servers: &[],
             vm_index: OnceCell::new(),
+            keys: OnceCell::new(),
         }
     }
 
@@ -135,8 +139,13 @@ impl<'r> Request<'r> {
     }
 
     /// `String(server.uuid)`: the reasons key for a server.
-    pub fn key(&self, id: ServerId) -> String {
-        self.servers[id].reason_key()
+    pub fn key(&self, id: ServerId) -> ServerKey<'_> {
+        ServerKey::new(self.keys(), id)
+    }
+
+    /// Every server's reason key (made on first use).
+    pub fn keys(&self) -> &Arc<KeyTable> {
+        self.keys.get_or_init(|| Arc::new(KeyTable::new(self.servers)))
     }
 
     /// The server's effective `overprovision_ratios`.

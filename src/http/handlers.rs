@@ -6,14 +6,13 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
-use axum::extract::State;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 use super::errors::ApiError;
 use super::{AppState, Outcome};
-use crate::engine::{Allocation, Engine, Step, StepsView};
+use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, FieldError};
 
@@ -93,13 +92,6 @@ async fn run_limited<T: Send + 'static>(
     }
 }
 
-#[derive(Serialize)]
-struct NoServers<'a> {
-    code: &'static str,
-    message: String,
-    steps: StepsView<'a>,
-}
-
 /// CNAPI's 409 reason: the last step's `*` reason, else its name with the first letter
 /// lower-cased and `no ` before a leading `servers `.
 pub fn failure_reason(steps: &[Step]) -> String {
@@ -122,37 +114,44 @@ pub fn failure_reason(steps: &[Step]) -> String {
 fn answer_allocation(
     body: &AllocateBody<'_>,
     allocation: &Allocation,
+    format: StepsFormat,
 ) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
     let servers = body.servers.len();
-    let to_bytes = |v: &dyn erased::Ser| v.to_vec().map_err(|e| ApiError::Internal(e.to_string()));
     match allocation.chosen {
         Some(id) => {
-            let answer = allocation.answer(&body.raw_servers, &body.servers);
+            let answer = allocation.answer_json(body, format).map_err(|e| ApiError::Internal(e.to_string()))?;
             let uuid = body.servers[id].reason_key();
-            Ok((StatusCode::OK, to_bytes(&answer)?, Outcome::Allocated { servers, uuid }))
+            Ok((StatusCode::OK, answer, Outcome::Allocated { servers, uuid }))
         }
         None => {
             let reason = failure_reason(&allocation.steps);
-            let no_servers = NoServers {
-                code: "NoAllocatableServersError",
-                message: format!("No compute resources available: {reason}"),
-                steps: StepsView { servers: &body.servers, received: servers, steps: &allocation.steps },
-            };
-            Ok((StatusCode::CONFLICT, to_bytes(&no_servers)?, Outcome::NoServer { servers, reason }))
+            // {"code", "message", "steps"}, written the way the 200 answer is.
+            let mut out = Vec::with_capacity(allocation.answer_size_hint(servers, format));
+            out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
+            write_json_str(&mut out, &format!("No compute resources available: {reason}"));
+            out.extend_from_slice(br#","steps":"#);
+            allocation.steps_view(&body.servers, format).write_json(&mut out);
+            out.push(b'}');
+            Ok((StatusCode::CONFLICT, out, Outcome::NoServer { servers, reason }))
         }
     }
 }
 
-/// Serialising through a trait object keeps `answer_allocation` free of generics.
-mod erased {
-    pub trait Ser {
-        fn to_vec(&self) -> serde_json::Result<Vec<u8>>;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn to_vec(&self) -> serde_json::Result<Vec<u8>> {
-            serde_json::to_vec(self)
+/// The `steps` query parameter: `full` (the default) or `removed`.
+fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
+    let mut format = StepsFormat::Full;
+    for pair in query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "steps" {
+            format = StepsFormat::parse(value).ok_or_else(|| {
+                ApiError::InvalidParameters(vec![FieldError::invalid(
+                    "steps",
+                    format!("must be full or removed, not {value:?}"),
+                )])
+            })?;
         }
     }
+    Ok(format)
 }
 
 /// Choose a server for a new VM.
@@ -174,9 +173,11 @@ mod erased {
 )]
 pub async fn allocate(
     State(app): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let format = steps_format(query.as_deref())?;
     let bytes = json_body(&app, &headers, body)?;
     let app2 = app.clone();
     let (status, out, outcome) = run_limited(&app, move |engine| {
@@ -185,7 +186,7 @@ pub async fn allocate(
         validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
         let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
         app2.metrics.record_steps(&allocation.steps);
-        answer_allocation(&request, &allocation)
+        answer_allocation(&request, &allocation, format)
     })
     .await?;
     Ok(json_response(status, out, outcome))
@@ -266,9 +267,9 @@ mod tests {
     fn step(name: &'static str, star: Option<&str>) -> Step {
         let mut reasons = Reasons::default();
         if let Some(s) = star {
-            reasons.all(s);
+            reasons.all(s.to_string());
         }
-        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, elapsed: Duration::ZERO }
+        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, input: None, elapsed: Duration::ZERO }
     }
 
     #[test]

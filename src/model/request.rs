@@ -264,8 +264,7 @@ fn malformed(body: &[u8], walk_error: serde_json::Error) -> BodyError {
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
     let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
-    let (top, servers_member) =
-        Cursor { text, pos: 0 }.allocate_body().map_err(|e| malformed(body, e))?;
+    let (top, servers_member) = Cursor { text, pos: 0 }.allocate_body().map_err(|e| malformed(body, e))?;
     let get = |names: &[&str]| names.iter().find_map(|n| top.get(*n).copied());
     let mut errors = Vec::new();
 

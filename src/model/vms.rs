@@ -11,12 +11,12 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use serde::de::{value::MapAccessDeserializer, value::SeqAccessDeserializer, Deserialize, Deserializer};
 use serde::de::{MapAccess, SeqAccess, Visitor};
 
 use super::Shape;
+use crate::fxhash::FxBuild;
 use crate::js::{Js, JsRef};
 
 /// A VM already on a server (an entry of `server.vms`), or one added from a ticket.
@@ -370,28 +370,6 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     }
 }
 
-/// FxHash-style hashing for the duplicate-key check: VM uuids are not attacker-chosen to
-/// collide in a way that matters (a collision only costs a string comparison).
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let word = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
-            self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(K);
-        }
-        for &b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-    }
-}
-
 /// Maps with more entries than this find repeated keys through a hash set.
 const LINEAR_DEDUP: usize = 8;
 
@@ -405,7 +383,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VmMap<'a>, A::Error> {
                 let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)) };
-                let mut seen: HashMap<Cow<'a, str>, usize, BuildHasherDefault<KeyHasher>> = HashMap::default();
+                let mut seen: HashMap<Cow<'a, str>, usize, FxBuild> = HashMap::default();
                 while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
                     let value: Shape<ServerVm<'a>> = map.next_value()?;
                     if vms.entries.len() < LINEAR_DEDUP {

@@ -63,13 +63,13 @@ impl Plugin for HardFilterOwnersServers {
                 return Ok(Vec::new());
             };
             for id in kept {
-                claimed.insert(req.key(id), &filter.owner);
+                claimed.insert(req.key(id).to_string(), &filter.owner);
             }
         }
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
             let key = req.key(id);
-            match claimed.get(&key) {
+            match claimed.get(&*key) {
                 Some(owner) if !owner.is_empty() => reasons.set(key, format!("Removed by filter for owner {owner}")),
                 _ => kept.push(id),
             }

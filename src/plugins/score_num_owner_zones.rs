@@ -48,7 +48,7 @@ impl Plugin for ScoreNumOwnerZones {
         // Per reasons key; a repeated key keeps the later server's count, as in the original.
         let mut found: IndexMap<String, u32> = IndexMap::new();
         for &(id, count) in &counts {
-            found.insert(req.key(id), count);
+            found.insert(req.key(id).to_string(), count);
         }
 
         js_sort_by(&mut counts, |a, b| weight * (f64::from(a.1) - f64::from(b.1)));
@@ -174,7 +174,10 @@ mod tests {
             .vm(json!({"owner_uuid": OWNER, "brand": "joyent", "ram": 128}))
             .defaults(json!({"weight_num_owner_zones": 1}));
         let mut req = f.request();
-        let vm = crate::model::ServerVm::from(crate::model::FullVm { owner_uuid: crate::js::Js::str(OWNER), ..Default::default() });
+        let vm = crate::model::ServerVm::from(crate::model::FullVm {
+            owner_uuid: crate::js::Js::str(OWNER),
+            ..Default::default()
+        });
         req.state[1].ticket_vms.push(("t1".into(), vm.clone()));
         req.state[1].ticket_vms.push(("t2".into(), vm));
         let out = run_on(&mut req, &ScoreNumOwnerZones);

@@ -111,7 +111,8 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 impl Fixture {
     /// Servers from JSON; the VM is `{}`-like with a brand and owner, CNAPI's defaults.
     pub fn new(servers: Vec<Value>) -> Fixture {
-        let raw_servers: Vec<&'static str> = servers.iter().map(|s| &*Box::leak(s.to_string().into_boxed_str())).collect();
+        let raw_servers: Vec<&'static str> =
+            servers.iter().map(|s| &*Box::leak(s.to_string().into_boxed_str())).collect();
         Fixture {
             servers: servers.iter().map(from_test_json).collect(),
             raw_servers,
@@ -194,5 +195,10 @@ pub fn run_on(req: &mut Request<'_>, plugin: &dyn Plugin) -> Outcome {
         Ok(ids) => ids,
         Err(e) => panic!("{} failed: {e}", plugin.name()),
     };
-    Outcome { remaining: ids.iter().map(|&id| req.key(id)).collect(), ids, reasons, state: req.state.clone() }
+    Outcome {
+        remaining: ids.iter().map(|&id| req.key(id).to_string()).collect(),
+        ids,
+        reasons,
+        state: req.state.clone(),
+    }
 }

@@ -86,9 +86,7 @@ pub fn filter_far(
         }
     }
     if !strict && kept.is_empty() {
-        for msg in reasons.values_mut() {
-            msg.push_str(IGNORED_NON_STRICT);
-        }
+        reasons.append_to_all(IGNORED_NON_STRICT);
         return servers.to_vec();
     }
     kept

@@ -217,7 +217,7 @@ mod tests {
         let all: Vec<ServerId> = (0..req.servers.len()).collect();
         let mut reasons = Reasons::default();
         let kept = check(&req, m, &all, "Image", &mut reasons);
-        (kept.iter().map(|&id| req.key(id)).collect(), reasons)
+        (kept.iter().map(|&id| req.key(id).to_string()).collect(), reasons)
     }
 
     #[test]
