@@ -54,8 +54,6 @@ pub type FxBuild = BuildHasherDefault<FxHasher>;
 
 /// The hash of a string, as the maps above compute it.
 pub fn hash_str(s: &str) -> u64 {
-    use std::hash::{BuildHasher, Hash};
-    let mut h = FxBuild::default().build_hasher();
-    s.hash(&mut h);
-    h.finish()
+    use std::hash::BuildHasher;
+    FxBuild::default().hash_one(s)
 }
