@@ -31,6 +31,16 @@ pub type JsObject = IndexMap<Box<str>, Js>;
 /// What `obj[missing]` reads.
 pub static UNDEFINED: Js = Js::Undefined;
 
+/// A property of an object: small objects (ratios, requirements) are scanned rather than
+/// hashed.
+fn obj_get<'o>(o: &'o JsObject, key: &str) -> Option<&'o Js> {
+    if o.len() <= 8 {
+        o.iter().find(|(k, _)| &***k == key).map(|(_, v)| v)
+    } else {
+        o.get(key)
+    }
+}
+
 impl Js {
     pub fn str(s: &str) -> Js {
         Js::Str(s.into())
@@ -116,14 +126,14 @@ impl Js {
     /// `x[key]` for objects; `undefined` for everything else (and for absent keys).
     pub fn get(&self, key: &str) -> &Js {
         match self {
-            Js::Obj(o) => o.get(key).unwrap_or(&UNDEFINED),
+            Js::Obj(o) => obj_get(o, key).unwrap_or(&UNDEFINED),
             _ => &UNDEFINED,
         }
     }
 
     /// `key in x` for objects.
     pub fn has(&self, key: &str) -> bool {
-        matches!(self, Js::Obj(o) if o.contains_key(key))
+        matches!(self, Js::Obj(o) if obj_get(o, key).is_some())
     }
 
     /// `String(x)`.

@@ -33,8 +33,9 @@ pub struct Unreserved {
 pub struct ServerState {
     pub score: f64,
     /// `overprovision_ratios` as replaced by `override-overprovisioning` or defaulted by
-    /// `calculate-server-unreserved`; `None` reads the server's own.
-    pub ratios: Option<Js>,
+    /// `calculate-server-unreserved`; `None` reads the server's own. Shared: every server
+    /// gets the same replacement.
+    pub ratios: Option<Arc<Js>>,
     pub unreserved: Option<Unreserved>,
     /// VMs added from open provisioning tickets, after the server's own.
     pub ticket_vms: Vec<(Box<str>, ServerVm<'static>)>,
@@ -150,7 +151,7 @@ impl<'r> Request<'r> {
 
     /// The server's effective `overprovision_ratios`.
     pub fn ratios(&self, id: ServerId) -> &Js {
-        self.state[id].ratios.as_ref().unwrap_or(&self.servers[id].overprovision_ratios)
+        self.state[id].ratios.as_deref().unwrap_or(&self.servers[id].overprovision_ratios)
     }
 
     /// The server's VMs: those sent inline, then those added from tickets.

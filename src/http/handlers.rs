@@ -4,8 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::body::{Body, HttpBody};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -24,7 +23,11 @@ fn json_response(status: StatusCode, body: Vec<u8>, outcome: Outcome) -> Respons
 }
 
 /// The body bytes of a JSON request, or the 4xx that says why not.
-fn json_body(app: &AppState, headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+///
+/// The body is read frame by frame into one buffer sized from `Content-Length`, so a large
+/// request is held once (collecting the frames first and then joining them would hold it
+/// twice). The limit is `limits.max_body_bytes`, as for the router's body limit.
+async fn json_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, ApiError> {
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");
         let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
@@ -32,13 +35,23 @@ fn json_body(app: &AppState, headers: &HeaderMap, body: Result<Bytes, BytesRejec
             return Err(ApiError::UnsupportedMediaType(format!("content type must be application/json, not {ct:?}")));
         }
     }
-    match body {
-        Ok(bytes) => Ok(bytes),
-        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
-            Err(ApiError::TooLarge(app.limits().max_body_bytes))
-        }
-        Err(e) => Err(ApiError::Malformed(format!("cannot read the request body: {e}"))),
+    let limit = app.limits().max_body_bytes;
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::TooLarge(limit));
     }
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(ApiError::TooLarge(limit));
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(buf)
 }
 
 fn body_error(e: BodyError) -> ApiError {
@@ -175,10 +188,10 @@ pub async fn allocate(
     State(app): State<Arc<AppState>>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
     let format = steps_format(query.as_deref())?;
-    let bytes = json_body(&app, &headers, body)?;
+    let bytes = json_body(&app, &headers, body).await?;
     let app2 = app.clone();
     let (status, out, outcome) = run_limited(&app, move |engine| {
         let mut request = parse_allocate_body(&bytes).map_err(body_error)?;
@@ -207,12 +220,8 @@ pub async fn allocate(
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse)
     )
 )]
-pub async fn capacity(
-    State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let bytes = json_body(&app, &headers, body)?;
+pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let bytes = json_body(&app, &headers, body).await?;
     let app2 = app.clone();
     let (out, servers) = run_limited(&app, move |engine| {
         let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;

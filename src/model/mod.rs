@@ -12,7 +12,7 @@ mod vms;
 
 pub use request::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType};
 pub use shape::{EmptyValue, Shape};
-pub use vms::{FullVm, PlainVm, ServerVm, VmMap, EMPTY_VM};
+pub use vms::{FullVm, PlainVm, ServerVm, VmLoad, VmMap, EMPTY_VM};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -76,7 +76,8 @@ impl<'a> Server<'a> {
     /// The VMs sent inline; a missing, null or array `vms` reads as no VMs, and an entry
     /// that is not an object as a VM without fields.
     pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm<'a>)> + Clone {
-        self.vms.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (k, v.as_obj().unwrap_or(&EMPTY_VM))))
+        let entries = self.vms.as_obj().map_or(&[][..], VmMap::as_slice);
+        entries.iter().map(|(k, v)| (&**k, v.as_obj().unwrap_or(&EMPTY_VM)))
     }
 
     /// Number of VMs sent inline.

@@ -213,6 +213,7 @@ impl<'a> Cursor<'a> {
             }
             i += 1;
         }
+        servers.shrink_to_fit();
         Ok(ServersMember::Array(if errors.is_empty() { Ok((raws, servers)) } else { Err(errors) }))
     }
 

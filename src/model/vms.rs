@@ -113,6 +113,42 @@ impl<'a> ServerVm<'a> {
         docker: |_| JsRef::Undefined;
     }
 
+    /// What the capacity sums read from the VM (as the accessors would give it).
+    pub fn load(&self) -> VmLoad {
+        match self {
+            ServerVm::Plain(p) => {
+                let cap = p.cpu_cap_pct;
+                let brand = p.brand.unwrap_or("");
+                VmLoad {
+                    failed: p.state == "failed",
+                    cpu_cap: (cap != 0.0 && !cap.is_nan()).then_some(cap),
+                    ram_mib: p.max_physical_memory_mib,
+                    hvm: brand == "kvm" || brand == "bhyve",
+                    kvm: brand == "kvm",
+                }
+            }
+            ServerVm::Full(_) => {
+                let cap = self.cpu_cap_pct();
+                let brand = self.brand().as_str();
+                VmLoad {
+                    failed: self.state().as_str() == Some("failed"),
+                    cpu_cap: cap.truthy().then(|| cap.num()),
+                    ram_mib: self.max_physical_memory_mib().num(),
+                    hvm: matches!(brand, Some("kvm" | "bhyve")),
+                    kvm: brand == Some("kvm"),
+                }
+            }
+        }
+    }
+
+    /// `vm.owner_uuid === owner` for a string `owner`.
+    pub fn owned_by(&self, owner: &str) -> bool {
+        match self {
+            ServerVm::Plain(p) => same_str(p.owner_uuid, owner),
+            ServerVm::Full(f) => f.owner_uuid.as_str() == Some(owner),
+        }
+    }
+
     /// The VM with every field as a [`Js`] (allocates for a plain VM).
     pub fn to_full(&self) -> FullVm {
         match self {
@@ -132,6 +168,26 @@ impl<'a> ServerVm<'a> {
             },
         }
     }
+}
+
+/// What the capacity sums read from a VM.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VmLoad {
+    /// `state` is `failed`.
+    pub failed: bool,
+    /// `cpu_cap` as a number when truthy (a falsy cap is no cap).
+    pub cpu_cap: Option<f64>,
+    /// `+max_physical_memory`.
+    pub ram_mib: f64,
+    /// `brand` is `kvm` or `bhyve`.
+    pub hvm: bool,
+    pub kvm: bool,
+}
+
+/// String equality that rejects most different uuids on their first eight bytes.
+fn same_str(a: &str, b: &str) -> bool {
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    x.len() == y.len() && (x.len() < 8 || x[..8] == y[..8]) && x == y
 }
 
 /// Plain VMs always carry these; only [`EMPTY_VM`] leaves them empty, reading `undefined`.
@@ -310,9 +366,18 @@ impl<'de: 'a, 'a> Deserialize<'de> for ServerVm<'a> {
 
 /// `server.vms`: VM uuid → VM (or whatever non-object value was sent), in the order sent;
 /// a repeated key keeps its first position and its last value, as `JSON.parse` does.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 pub struct VmMap<'a> {
     entries: Vec<(Cow<'a, str>, Shape<ServerVm<'a>>)>,
+    /// Every entry is a plain VM (so every VM passes the schema's VM checks). May be false
+    /// when they all are, never true when one is not.
+    all_plain: bool,
+}
+
+impl Default for VmMap<'_> {
+    fn default() -> Self {
+        VmMap { entries: Vec::new(), all_plain: true }
+    }
 }
 
 impl<'a> VmMap<'a> {
@@ -322,6 +387,16 @@ impl<'a> VmMap<'a> {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Every entry is a plain VM, hence valid.
+    pub fn all_plain(&self) -> bool {
+        self.all_plain
+    }
+
+    /// The entries, in order.
+    pub fn as_slice(&self) -> &[(Cow<'a, str>, Shape<ServerVm<'a>>)] {
+        &self.entries
     }
 
     pub fn get(&self, key: &str) -> Option<&Shape<ServerVm<'a>>> {
@@ -338,11 +413,16 @@ impl<'a> VmMap<'a> {
 
     /// Appends, or replaces the value of a repeated key in place.
     pub fn insert(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
+        self.all_plain &= is_plain(&value);
         match self.entries.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = value,
             None => self.entries.push((key, value)),
         }
     }
+}
+
+fn is_plain(value: &Shape<ServerVm<'_>>) -> bool {
+    matches!(value, Shape::Obj(ServerVm::Plain(_)))
 }
 
 /// A map key, borrowed from the body unless it had escapes.
@@ -382,7 +462,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                 f.write_str("an object of VMs")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VmMap<'a>, A::Error> {
-                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)) };
+                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)), all_plain: true };
                 let mut seen: HashMap<Cow<'a, str>, usize, FxBuild> = HashMap::default();
                 while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
                     let value: Shape<ServerVm<'a>> = map.next_value()?;
@@ -393,6 +473,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                     if seen.is_empty() {
                         seen.extend(vms.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)));
                     }
+                    vms.all_plain &= is_plain(&value);
                     match seen.get(&key) {
                         Some(&i) => vms.entries[i].1 = value,
                         None => {
@@ -401,6 +482,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                         }
                     }
                 }
+                // Held for the whole request: give back what the growth left unused.
+                vms.entries.shrink_to_fit();
                 Ok(vms)
             }
         }

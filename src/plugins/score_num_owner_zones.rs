@@ -8,7 +8,7 @@
 
 use indexmap::IndexMap;
 
-use super::shared::js_sort::js_sort_by;
+use super::shared::js_sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
@@ -51,7 +51,7 @@ impl Plugin for ScoreNumOwnerZones {
             found.insert(req.key(id).to_string(), count);
         }
 
-        js_sort_by(&mut counts, |a, b| weight * (f64::from(a.1) - f64::from(b.1)));
+        js_sort_by_scaled(&mut counts, |c| f64::from(c.1), weight);
         let order: Vec<ServerId> = counts.iter().map(|&(id, _)| id).collect();
         linear(req, &order, weight.abs(), reasons)?;
 

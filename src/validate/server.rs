@@ -84,6 +84,8 @@ pub fn validate_server(s: &Server) -> Option<String> {
     }
     match schema::shape(&s.vms, false) {
         Err(reason) => Some(property("vms", &reason)),
+        // Plain VMs passed these checks when they were read.
+        Ok(Some(vms)) if vms.all_plain() => None,
         Ok(Some(vms)) => first_of_entries_in_js_order(vms.iter(), validate_vm),
         Ok(None) => None,
     }

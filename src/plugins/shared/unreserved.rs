@@ -9,7 +9,7 @@
 
 use crate::engine::{Request, ServerId, Unreserved};
 use crate::js::{js_add, js_min, Js, JsObject, JsRef};
-use crate::model::{ServerVm, Shape};
+use crate::model::Shape;
 
 pub const MIB: f64 = 1_048_576.0;
 pub const GIB: f64 = 1_073_741_824.0;
@@ -71,26 +71,25 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
         sysinfo.cpu_online_count.num() * 100.0
     };
     let mut ram = server.memory_total_bytes.num() / MIB * (1.0 - server.reservation_ratio.num());
-    let disk = disk_mib(req, id, ratios);
 
     let rc = ratio_or_one(ratios.get("cpu"));
     let rr = ratio_or_one(ratios.get("ram"));
+    let mut kvms = 0usize;
     for (_, vm) in req.vms(id) {
-        let failed = vm.state().as_str() == Some("failed");
-        let cpu_cap = vm.cpu_cap_pct();
-        if cpu_cap.truthy() {
-            if !failed {
-                cpu -= cpu_cap.num() / rc;
-            }
-        } else {
+        let load = vm.load();
+        // Only `kvm` gets the disk allowance; bhyve zvols live inside the zone quota.
+        kvms += usize::from(load.kvm);
+        match load.cpu_cap {
+            Some(cap) if !load.failed => cpu -= cap / rc,
+            Some(_) => {}
             // An uncapped VM may use every CPU: nothing is left, whatever came before.
-            cpu = 0.0;
+            None => cpu = 0.0,
         }
-        if !failed {
-            let promised = vm.max_physical_memory_mib().num();
-            ram -= if is_hvm_brand(vm.brand()) { promised } else { promised / rr };
+        if !load.failed {
+            ram -= if load.hvm { load.ram_mib } else { load.ram_mib / rr };
         }
     }
+    let disk = disk_mib(req, id, ratios, kvms as f64);
 
     // The original returns before flooring when `vms` is falsy yet enumerable (0, false, "").
     let unfloored = matches!(&server.vms, Shape::Other(v) if !v.truthy() && !matches!(v, Js::Null))
@@ -105,7 +104,7 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
 /// Unreserved disk in MiB (floored): usable pool minus system, images, cores, zvols (plus a
 /// KVM allowance), used zone quota and overprovisioned unused zone quota, capped at the
 /// pool's actual free space.
-fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
+fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js, kvms: f64) -> f64 {
     let s = req.server(id);
     let state = &req.state[id];
     let usable = s.disk_pool_size_bytes.num() * POOL_USABLE_RATIO;
@@ -114,7 +113,6 @@ fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
         - s.disk_installed_images_used_bytes.num()
         - s.disk_cores_quota_used_bytes.num();
 
-    let kvms = req.vms(id).filter(|(_, vm)| is_kvm(vm)).count() as f64;
     let zvols = with_added(&s.disk_kvm_zvol_volsize_bytes, state.kvm_zvol_added_bytes);
     // (Exact: counts times 10 GiB stay far below 2^53.)
     unreserved -= js_add(&zvols, &Js::Num(kvms * KVM_EXTRA_BYTES)).num();
@@ -126,9 +124,4 @@ fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
 
     let pool_free = usable - s.disk_pool_alloc_bytes.num();
     (js_min(unreserved, pool_free) / MIB).floor()
-}
-
-/// Only `kvm` gets the extra allowance; bhyve zvols live inside the zone quota.
-fn is_kvm(vm: &ServerVm) -> bool {
-    vm.brand().as_str() == Some("kvm")
 }
