@@ -159,6 +159,36 @@ impl<'r> Request<'r> {
         self.servers[id].inline_vms().chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
     }
 
+    /// Whether the server has a VM (inline or ticketed) whose `owner_uuid` is `owner`.
+    pub fn hosts_vm_of(&self, id: ServerId, owner: &str) -> bool {
+        let server = &self.servers[id];
+        let inline =
+            server.vm_summary().may_be_owned_by(owner) && server.inline_vms().any(|(_, vm)| vm.owned_by(owner));
+        inline || self.state[id].ticket_vms.iter().any(|(_, vm)| vm.owned_by(owner))
+    }
+
+    /// How many of the server's VMs (inline and ticketed) have `owner_uuid === owner`.
+    pub fn vms_of(&self, id: ServerId, owner: &Js) -> usize {
+        let server = &self.servers[id];
+        let inline = match owner.as_str() {
+            Some(o) if !server.vm_summary().may_be_owned_by(o) => 0,
+            Some(o) => server.inline_vms().filter(|(_, vm)| vm.owned_by(o)).count(),
+            None => server.inline_vms().filter(|(_, vm)| vm.owner_uuid().strict_eq(owner)).count(),
+        };
+        inline + self.state[id].ticket_vms.iter().filter(|(_, vm)| vm.owner_uuid().strict_eq(owner)).count()
+    }
+
+    /// The first of the server's VMs (inline, then ticketed) whose `cpu_cap` is truthy
+    /// (`capped`) or not.
+    pub fn first_vm_capped(&self, id: ServerId, capped: bool) -> Option<&ServerVm<'r>> {
+        let server = &self.servers[id];
+        let summary = server.vm_summary();
+        match if capped { summary.first_capped } else { summary.first_uncapped } {
+            Some(i) => Some(server.inline_vm_at(i as usize)),
+            None => self.state[id].ticket_vms.iter().map(|(_, vm)| vm).find(|vm| vm.cpu_cap_pct().truthy() == capped),
+        }
+    }
+
     /// `server.vms[uuid]`, looking at inline and ticketed VMs.
     pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm<'r>> {
         let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.as_obj().unwrap_or(&EMPTY_VM));

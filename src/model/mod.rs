@@ -12,7 +12,7 @@ mod vms;
 
 pub use request::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType};
 pub use shape::{EmptyValue, Shape};
-pub use vms::{FullVm, PlainVm, ServerVm, VmLoad, VmMap, EMPTY_VM};
+pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -83,6 +83,16 @@ impl<'a> Server<'a> {
     /// Number of VMs sent inline.
     pub fn inline_vm_count(&self) -> usize {
         self.vms.as_obj().map_or(0, VmMap::len)
+    }
+
+    /// What the capacity plugins need from the VMs sent inline.
+    pub fn vm_summary(&self) -> &VmSummary {
+        self.vms.as_obj().map_or(vms::empty_summary(), VmMap::summary)
+    }
+
+    /// The inline VM at position `i`.
+    pub fn inline_vm_at(&self, i: usize) -> &ServerVm<'a> {
+        self.vms.as_obj().map_or(&EMPTY_VM, |m| m.vm_at(i))
     }
 }
 

@@ -372,13 +372,111 @@ pub struct VmMap<'a> {
     /// Every entry is a plain VM (so every VM passes the schema's VM checks). May be false
     /// when they all are, never true when one is not.
     all_plain: bool,
+    summary: VmSummary,
 }
 
 impl Default for VmMap<'_> {
     fn default() -> Self {
-        VmMap { entries: Vec::new(), all_plain: true }
+        VmMap { entries: Vec::new(), all_plain: true, summary: VmSummary::default() }
     }
 }
+
+/// What the capacity plugins need from a server's VMs, gathered once when the VMs are read
+/// (in entry order, a non-object entry reading as a VM without fields), so that a request
+/// does not walk every VM of every server at each step.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VmSummary {
+    /// VMs whose brand is `kvm`.
+    pub kvm_count: u32,
+    /// The first VM whose `cpu_cap` is truthy, and the first whose is not.
+    pub first_capped: Option<u32>,
+    pub first_uncapped: Option<u32>,
+    /// Whether some VM is uncapped (after which the CPU count restarts from nothing), and
+    /// the sum of the caps of the VMs after the last such one that are not `failed`; `None`
+    /// when one of those caps is not a whole number ≥ 0 below 2^53.
+    pub reset: bool,
+    pub cap_sum: Option<u128>,
+    /// Promised RAM of the VMs that are not `failed`: HVM ones, the others; `None` when one
+    /// is not a whole number ≥ 0 below 2^53.
+    pub ram_sums: Option<(u128, u128)>,
+    /// A 256-bit filter of the VMs' string `owner_uuid`s ([`owner_bits`]): a VM of owner
+    /// `o` can only be here if both of `o`'s bits are set.
+    pub owners: [u64; 4],
+}
+
+/// The two filter bits of an owner string (any fixed function would do; the first four
+/// characters of a uuid are spread enough).
+pub fn owner_bits(owner: &str) -> (u8, u8) {
+    let b = owner.as_bytes();
+    let nib = |i: usize| b.get(i).map_or(0, |&c| (c & 0x0f) + 9 * (c >> 6));
+    (nib(0) << 4 | (nib(1) & 0x0f), nib(2) << 4 | (nib(3) & 0x0f))
+}
+
+/// A whole number ≥ 0 below 2^53, as an integer.
+fn whole(n: f64) -> Option<u128> {
+    (n >= 0.0 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0).then_some(n as u128)
+}
+
+impl VmSummary {
+    fn of<'v, 'a: 'v>(vms: impl Iterator<Item = &'v ServerVm<'a>>) -> VmSummary {
+        let mut s = VmSummary { cap_sum: Some(0), ram_sums: Some((0, 0)), ..VmSummary::default() };
+        for (i, vm) in vms.enumerate() {
+            let i = i as u32;
+            let load = vm.load();
+            s.kvm_count += u32::from(load.kvm);
+            match load.cpu_cap {
+                Some(cap) => {
+                    s.first_capped.get_or_insert(i);
+                    if !load.failed {
+                        s.cap_sum = s.cap_sum.zip(whole(cap)).map(|(sum, c)| sum + c);
+                    }
+                }
+                None => {
+                    s.first_uncapped.get_or_insert(i);
+                    s.reset = true;
+                    s.cap_sum = Some(0);
+                }
+            }
+            if !load.failed {
+                s.ram_sums = s.ram_sums.zip(whole(load.ram_mib)).map(|((hvm, other), ram)| {
+                    if load.hvm {
+                        (hvm + ram, other)
+                    } else {
+                        (hvm, other + ram)
+                    }
+                });
+            }
+            if let Some(owner) = vm.owner_uuid().as_str() {
+                let (x, y) = owner_bits(owner);
+                s.owners[usize::from(x >> 6)] |= 1 << (x & 63);
+                s.owners[usize::from(y >> 6)] |= 1 << (y & 63);
+            }
+        }
+        s
+    }
+
+    /// Whether a VM owned by `owner` may be among these (false: certainly not).
+    pub fn may_be_owned_by(&self, owner: &str) -> bool {
+        let (x, y) = owner_bits(owner);
+        self.owners[usize::from(x >> 6)] & (1 << (x & 63)) != 0
+            && self.owners[usize::from(y >> 6)] & (1 << (y & 63)) != 0
+    }
+}
+
+/// The summary of no VMs.
+pub fn empty_summary() -> &'static VmSummary {
+    &EMPTY_SUMMARY
+}
+
+static EMPTY_SUMMARY: VmSummary = VmSummary {
+    kvm_count: 0,
+    first_capped: None,
+    first_uncapped: None,
+    reset: false,
+    cap_sum: Some(0),
+    ram_sums: Some((0, 0)),
+    owners: [0; 4],
+};
 
 impl<'a> VmMap<'a> {
     pub fn len(&self) -> usize {
@@ -392,6 +490,22 @@ impl<'a> VmMap<'a> {
     /// Every entry is a plain VM, hence valid.
     pub fn all_plain(&self) -> bool {
         self.all_plain
+    }
+
+    /// What the capacity plugins need from these VMs.
+    pub fn summary(&self) -> &VmSummary {
+        &self.summary
+    }
+
+    /// The VM at position `i` (a non-object entry reads as a VM without fields).
+    pub fn vm_at(&self, i: usize) -> &ServerVm<'a> {
+        self.entries.get(i).and_then(|(_, v)| v.as_obj()).unwrap_or(&EMPTY_VM)
+    }
+
+    fn finish(&mut self) {
+        // Held for the whole request: give back what the growth left unused.
+        self.entries.shrink_to_fit();
+        self.summary = VmSummary::of(self.entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
     }
 
     /// The entries, in order.
@@ -412,7 +526,7 @@ impl<'a> VmMap<'a> {
     }
 
     /// Appends, or replaces the value of a repeated key in place.
-    pub fn insert(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
+    fn insert(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
         self.all_plain &= is_plain(&value);
         match self.entries.iter_mut().find(|(k, _)| *k == key) {
             Some(entry) => entry.1 = value,
@@ -462,7 +576,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                 f.write_str("an object of VMs")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VmMap<'a>, A::Error> {
-                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)), all_plain: true };
+                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)), ..VmMap::default() };
                 let mut seen: HashMap<Cow<'a, str>, usize, FxBuild> = HashMap::default();
                 while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
                     let value: Shape<ServerVm<'a>> = map.next_value()?;
@@ -482,8 +596,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                         }
                     }
                 }
-                // Held for the whole request: give back what the growth left unused.
-                vms.entries.shrink_to_fit();
+                vms.finish();
                 Ok(vms)
             }
         }

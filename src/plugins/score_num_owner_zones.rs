@@ -41,10 +41,7 @@ impl Plugin for ScoreNumOwnerZones {
         }
 
         let owner = &req.vm.owner_uuid;
-        let mut counts: Vec<(ServerId, u32)> = servers
-            .iter()
-            .map(|&id| (id, req.vms(id).filter(|(_, vm)| vm.owner_uuid().strict_eq(owner)).count() as u32))
-            .collect();
+        let mut counts: Vec<(ServerId, u32)> = servers.iter().map(|&id| (id, req.vms_of(id, owner) as u32)).collect();
         // Per reasons key; a repeated key keeps the later server's count, as in the original.
         let mut found: IndexMap<String, u32> = IndexMap::new();
         for &(id, count) in &counts {
