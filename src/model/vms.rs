@@ -414,7 +414,7 @@ pub fn owner_bits(owner: &str) -> (u8, u8) {
 
 /// A whole number ≥ 0 below 2^53, as an integer.
 fn whole(n: f64) -> Option<u128> {
-    (n >= 0.0 && n < 9_007_199_254_740_992.0 && n.fract() == 0.0).then_some(n as u128)
+    ((0.0..9_007_199_254_740_992.0).contains(&n) && n.fract() == 0.0).then_some(n as u128)
 }
 
 impl VmSummary {
