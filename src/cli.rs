@@ -1,6 +1,7 @@
 //! Command-line front end: the same engine as the service, one request from a file.
 //!
-//! * `dapi allocate [--config FILE] REQUEST.json` prints what `POST /allocate` answers.
+//! * `dapi allocate [--config FILE] [--steps full|removed] REQUEST.json` prints what
+//!   `POST /allocate` answers (`--steps removed`: what `POST /allocate?steps=removed` answers).
 //! * `dapi capacity [--config FILE] SERVERS.json` prints what `POST /capacity` answers.
 //! * `dapi serve [--config FILE]` runs the HTTP service.
 //! * `dapi openapi` prints the service's OpenAPI document.
@@ -12,12 +13,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use crate::config::ServiceConfig;
-use crate::engine::Engine;
+use crate::engine::{Engine, StepsFormat};
 use crate::model::{parse_allocate_body, parse_capacity_body, BodyError};
 use crate::validate::{validate_allocate, validate_server_list};
 
 const USAGE: &str = "usage: dapi serve [--config FILE]
-       dapi allocate [--config FILE] REQUEST.json
+       dapi allocate [--config FILE] [--steps full|removed] REQUEST.json
        dapi capacity [--config FILE] SERVERS.json
        dapi openapi";
 
@@ -56,16 +57,29 @@ pub fn main(args: &[String]) -> ExitCode {
     }
 }
 
-type Command = fn(&Engine, &[u8]) -> Result<String, Failure>;
+/// Options of `allocate` (and `capacity`, which takes none but `--config`).
+#[derive(Default)]
+struct Options {
+    steps: Option<StepsFormat>,
+}
+
+type Command = fn(&Engine, &[u8], &Options) -> Result<Vec<u8>, Failure>;
 
 fn run(args: &[String], command: Command) -> Result<(), Failure> {
     let mut config_path = None;
     let mut input = None;
+    let mut options = Options::default();
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
         match arg.as_str() {
             "--config" => {
                 config_path = Some(rest.next().ok_or_else(|| Failure::Usage("--config needs a FILE".into()))?)
+            }
+            "--steps" => {
+                let name = rest.next().ok_or_else(|| Failure::Usage("--steps needs full or removed".into()))?;
+                let format = StepsFormat::parse(name)
+                    .ok_or_else(|| Failure::Usage(format!("--steps must be full or removed, not {name:?}")))?;
+                options.steps = Some(format);
             }
             _ if input.is_none() => input = Some(arg),
             _ => return Err(Failure::Usage(format!("unexpected argument {arg}\n{USAGE}"))),
@@ -76,9 +90,9 @@ fn run(args: &[String], command: Command) -> Result<(), Failure> {
         .and_then(|c| c.engine())
         .map_err(Failure::Invalid)?;
     let body = std::fs::read(input).map_err(|e| Failure::Invalid(format!("cannot read {input}: {e}")))?;
-    let out = command(&engine, &body)?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{out}").map_err(|e| Failure::Internal(e.to_string()))
+    let mut out = command(&engine, &body, &options)?;
+    out.push(b'\n');
+    std::io::stdout().lock().write_all(&out).map_err(|e| Failure::Internal(e.to_string()))
 }
 
 fn body_error(e: BodyError) -> Failure {
@@ -90,19 +104,21 @@ fn body_error(e: BodyError) -> Failure {
     }
 }
 
-fn allocate(engine: &Engine, body: &[u8]) -> Result<String, Failure> {
+fn allocate(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
     let mut request = parse_allocate_body(body).map_err(body_error)?;
     validate_allocate(&mut request).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
     let allocation = engine.allocate(&request).map_err(|e| Failure::Internal(e.to_string()))?;
-    let answer = allocation.answer(&request.raw_servers, &request.servers);
-    serde_json::to_string(&answer).map_err(|e| Failure::Internal(e.to_string()))
+    allocation.answer_json(&request, options.steps.unwrap_or_default()).map_err(|e| Failure::Internal(e.to_string()))
 }
 
-fn capacity(engine: &Engine, body: &[u8]) -> Result<String, Failure> {
+fn capacity(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
+    if options.steps.is_some() {
+        return Err(Failure::Usage(format!("--steps is an option of allocate only\n{USAGE}")));
+    }
     let (_, servers) = parse_capacity_body(body).map_err(body_error)?;
     validate_server_list(&servers).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
     let capacity = engine.capacity(&servers).map_err(|e| Failure::Internal(e.to_string()))?;
-    serde_json::to_string(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
+    serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
 }
 
 fn serve(args: &[String]) -> Result<(), Failure> {

@@ -21,7 +21,8 @@ pub enum Js {
     Num(f64),
     Str(Box<str>),
     Arr(Vec<Js>),
-    Obj(JsObject),
+    /// Boxed: objects are rare next to scalars, and this keeps every `Js` at 32 bytes.
+    Obj(Box<JsObject>),
 }
 
 /// An object with JS key order (insertion order; a repeated key keeps its first position).
@@ -30,9 +31,23 @@ pub type JsObject = IndexMap<Box<str>, Js>;
 /// What `obj[missing]` reads.
 pub static UNDEFINED: Js = Js::Undefined;
 
+/// A property of an object: small objects (ratios, requirements) are scanned rather than
+/// hashed.
+fn obj_get<'o>(o: &'o JsObject, key: &str) -> Option<&'o Js> {
+    if o.len() <= 8 {
+        o.iter().find(|(k, _)| &***k == key).map(|(_, v)| v)
+    } else {
+        o.get(key)
+    }
+}
+
 impl Js {
     pub fn str(s: &str) -> Js {
         Js::Str(s.into())
+    }
+
+    pub fn obj(o: JsObject) -> Js {
+        Js::Obj(Box::new(o))
     }
 
     pub fn is_undefined(&self) -> bool {
@@ -111,14 +126,14 @@ impl Js {
     /// `x[key]` for objects; `undefined` for everything else (and for absent keys).
     pub fn get(&self, key: &str) -> &Js {
         match self {
-            Js::Obj(o) => o.get(key).unwrap_or(&UNDEFINED),
+            Js::Obj(o) => obj_get(o, key).unwrap_or(&UNDEFINED),
             _ => &UNDEFINED,
         }
     }
 
     /// `key in x` for objects.
     pub fn has(&self, key: &str) -> bool {
-        matches!(self, Js::Obj(o) if o.contains_key(key))
+        matches!(self, Js::Obj(o) if obj_get(o, key).is_some())
     }
 
     /// `String(x)`.
@@ -172,7 +187,7 @@ impl Js {
             Js::Obj(o) => {
                 out.push('{');
                 let mut first = true;
-                for (k, v) in o {
+                for (k, v) in o.iter() {
                     if v.is_undefined() {
                         continue;
                     }
@@ -212,7 +227,123 @@ impl Js {
             Value::Number(n) => Js::Num(n.as_f64().unwrap_or(f64::NAN)),
             Value::String(s) => Js::str(s),
             Value::Array(a) => Js::Arr(a.iter().map(Js::from_json).collect()),
-            Value::Object(o) => Js::Obj(o.iter().map(|(k, v)| (k.as_str().into(), Js::from_json(v))).collect()),
+            Value::Object(o) => Js::obj(o.iter().map(|(k, v)| (k.as_str().into(), Js::from_json(v))).collect()),
+        }
+    }
+}
+
+/// A read-only view of a value: a [`Js`], or a plain string or number that a compact model
+/// keeps without building a `Js` (the VMs on servers). Reads follow the same JS rules as
+/// the `Js` methods of the same names.
+#[derive(Debug, Clone, Copy)]
+pub enum JsRef<'a> {
+    Undefined,
+    Num(f64),
+    Str(&'a str),
+    Js(&'a Js),
+}
+
+impl<'a> From<&'a Js> for JsRef<'a> {
+    fn from(v: &'a Js) -> JsRef<'a> {
+        JsRef::Js(v)
+    }
+}
+
+impl<'a> JsRef<'a> {
+    /// An optional string: absent reads as `undefined`.
+    pub fn opt_str(s: Option<&'a str>) -> JsRef<'a> {
+        s.map_or(JsRef::Undefined, JsRef::Str)
+    }
+
+    /// A number where NaN marks an absent value (JSON numbers are never NaN).
+    pub fn nan_absent(n: f64) -> JsRef<'a> {
+        if n.is_nan() {
+            JsRef::Undefined
+        } else {
+            JsRef::Num(n)
+        }
+    }
+
+    pub fn is_undefined(self) -> bool {
+        match self {
+            JsRef::Undefined => true,
+            JsRef::Js(v) => v.is_undefined(),
+            _ => false,
+        }
+    }
+
+    pub fn as_str(self) -> Option<&'a str> {
+        match self {
+            JsRef::Str(s) => Some(s),
+            JsRef::Js(v) => v.as_str(),
+            _ => None,
+        }
+    }
+
+    pub fn truthy(self) -> bool {
+        match self {
+            JsRef::Undefined => false,
+            JsRef::Num(n) => n != 0.0 && !n.is_nan(),
+            JsRef::Str(s) => !s.is_empty(),
+            JsRef::Js(v) => v.truthy(),
+        }
+    }
+
+    pub fn num(self) -> f64 {
+        match self {
+            JsRef::Undefined => f64::NAN,
+            JsRef::Num(n) => n,
+            JsRef::Str(s) => string_to_number(s),
+            JsRef::Js(v) => v.num(),
+        }
+    }
+
+    /// `x[key]`: only objects have properties.
+    pub fn get(self, key: &str) -> &'a Js {
+        match self {
+            JsRef::Js(v) => v.get(key),
+            _ => &UNDEFINED,
+        }
+    }
+
+    pub fn has(self, key: &str) -> bool {
+        matches!(self, JsRef::Js(v) if v.has(key))
+    }
+
+    /// The value as an owned [`Js`].
+    pub fn to_js(self) -> Js {
+        match self {
+            JsRef::Undefined => Js::Undefined,
+            JsRef::Num(n) => Js::Num(n),
+            JsRef::Str(s) => Js::str(s),
+            JsRef::Js(v) => v.clone(),
+        }
+    }
+
+    pub fn to_js_string(self) -> String {
+        match self {
+            JsRef::Undefined => "undefined".into(),
+            JsRef::Num(n) => fmt_num(n),
+            JsRef::Str(s) => s.to_string(),
+            JsRef::Js(v) => v.to_js_string(),
+        }
+    }
+
+    pub fn stringify(self) -> String {
+        match self {
+            JsRef::Js(v) => v.stringify(),
+            other => other.to_js().stringify(),
+        }
+    }
+
+    /// `self === other`.
+    pub fn strict_eq(self, other: &Js) -> bool {
+        match (self, other) {
+            (JsRef::Js(v), _) => strict_eq(v, other),
+            (JsRef::Undefined, Js::Undefined) => true,
+            (JsRef::Num(x), Js::Num(y)) => x == *y,
+            (JsRef::Str(x), Js::Str(y)) => x == &**y,
+            _ => false,
         }
     }
 }
@@ -330,26 +461,66 @@ pub fn fmt_num(n: f64) -> String {
 
 /// JS `n.toFixed(2)`: the exact binary value rounded to two decimals, ties away from zero.
 pub fn to_fixed2(n: f64) -> String {
+    let mut out = String::with_capacity(24);
+    push_fixed2(&mut out, n);
+    out
+}
+
+/// [`to_fixed2`] appended to `out`. Exact and allocation-free: the binary value times 100 is
+/// computed as an integer (`m·2^e·100` fits in 128 bits below 1e21) and rounded from its
+/// remainder, so no decimal expansion is needed.
+pub fn push_fixed2(out: &mut String, n: f64) {
     if n.is_nan() {
-        return "NaN".into();
+        out.push_str("NaN");
+        return;
     }
     if n.abs() >= 1e21 || n.is_infinite() {
-        return fmt_num(n);
+        out.push_str(&fmt_num(n));
+        return;
     }
     if n == 0.0 {
-        return "0.00".into();
+        out.push_str("0.00");
+        return;
     }
-    // An exact tie at the third decimal happens only for odd multiples of 1/8, where
-    // Rust's formatter would round to even; everything else it rounds exactly as JS does.
-    let eighths = n * 8.0;
-    if eighths.fract() == 0.0 && eighths % 2.0 != 0.0 {
-        let cents = (n.abs() * 100.0).ceil();
-        let sign = if n < 0.0 { "-" } else { "" };
-        let whole = (cents / 100.0).trunc();
-        let frac = cents - whole * 100.0;
-        return format!("{sign}{whole:.0}.{frac:02.0}");
+    let bits = n.abs().to_bits();
+    let exp_bits = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mantissa, exp) = if exp_bits == 0 { (fraction, -1074) } else { (fraction | 1 << 52, exp_bits - 1075) };
+    let scaled = u128::from(mantissa) * 100;
+    let cents: u128 = if exp >= 0 {
+        scaled << exp
+    } else {
+        let shift = exp.unsigned_abs();
+        if shift >= 127 {
+            0
+        } else {
+            let (q, r) = (scaled >> shift, scaled & ((1u128 << shift) - 1));
+            // On an exact tie JS takes the larger magnitude.
+            q + u128::from(r >= 1u128 << (shift - 1))
+        }
+    };
+    if n < 0.0 {
+        out.push('-');
     }
-    format!("{n:.2}")
+    push_digits(out, cents / 100);
+    out.push('.');
+    let frac = (cents % 100) as u8;
+    out.push(char::from(b'0' + frac / 10));
+    out.push(char::from(b'0' + frac % 10));
+}
+
+fn push_digits(out: &mut String, mut v: u128) {
+    let mut buf = [0u8; 40];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&buf[i..]).unwrap_or_default());
 }
 
 /// JS `<` between two values: objects become strings first (ToPrimitive); two strings
@@ -491,7 +662,7 @@ impl<'de> Visitor<'de> for JsVisitor {
             // JSON.parse keeps the last value of a repeated key at its first position.
             obj.insert(k, v);
         }
-        Ok(Js::Obj(obj))
+        Ok(Js::obj(obj))
     }
 }
 
@@ -569,6 +740,50 @@ mod tests {
         assert_eq!(to_fixed2(3.9999999999999996), "4.00");
         assert_eq!(to_fixed2(f64::NAN), "NaN");
         assert_eq!(to_fixed2(1.0 / 8.0 * 7.0), "0.88");
+    }
+
+    /// The formatter-based reference `to_fixed2` was first written as.
+    fn to_fixed2_reference(n: f64) -> String {
+        if n.is_nan() {
+            return "NaN".into();
+        }
+        if n.abs() >= 1e21 || n.is_infinite() {
+            return fmt_num(n);
+        }
+        if n == 0.0 {
+            return "0.00".into();
+        }
+        let eighths = n * 8.0;
+        if eighths.fract() == 0.0 && eighths % 2.0 != 0.0 {
+            let cents = (n.abs() * 100.0).ceil();
+            let sign = if n < 0.0 { "-" } else { "" };
+            let whole = (cents / 100.0).trunc();
+            let frac = cents - whole * 100.0;
+            return format!("{sign}{whole:.0}.{frac:02.0}");
+        }
+        format!("{n:.2}")
+    }
+
+    #[test]
+    fn to_fixed_agrees_with_the_decimal_expansion() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut values = vec![0.005, 0.015, 0.025, 1.005, 2.675, 1e20, 9.99e20, 5e-324, 1e-300, 0.004999, -0.001];
+        for _ in 0..200_000 {
+            let r = next();
+            values.push(f64::from_bits(r) % 1e6);
+            values.push((r % 100_000_000) as f64 / 1000.0);
+            values.push((r % 1_000_000) as f64 / 8.0 - 60_000.0);
+            values.push((r >> 11) as f64 * (1.0 / (1u64 << 40) as f64));
+        }
+        for v in values.into_iter().filter(|v| v.is_finite()) {
+            assert_eq!(to_fixed2(v), to_fixed2_reference(v), "{v:e}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod engine;
+mod fxhash;
 pub mod http;
 pub mod js;
 pub mod model;

@@ -6,13 +6,14 @@
 //! instead, and plugins read the effective values through these accessors.
 
 use std::cell::OnceCell;
+use std::sync::Arc;
 
 use rand::rngs::StdRng;
-use serde_json::value::RawValue;
 
 use super::defaults::Defaults;
+use super::reasons::{KeyTable, ServerKey};
 use crate::js::Js;
-use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload};
+use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 use crate::plugins::shared::vm_index::VmIndex;
 
 /// Index of a server in the request's `servers` list.
@@ -32,11 +33,12 @@ pub struct Unreserved {
 pub struct ServerState {
     pub score: f64,
     /// `overprovision_ratios` as replaced by `override-overprovisioning` or defaulted by
-    /// `calculate-server-unreserved`; `None` reads the server's own.
-    pub ratios: Option<Js>,
+    /// `calculate-server-unreserved`; `None` reads the server's own. Shared: every server
+    /// gets the same replacement.
+    pub ratios: Option<Arc<Js>>,
     pub unreserved: Option<Unreserved>,
     /// VMs added from open provisioning tickets, after the server's own.
-    pub ticket_vms: Vec<(Box<str>, ServerVm)>,
+    pub ticket_vms: Vec<(Box<str>, ServerVm<'static>)>,
     /// Added to `disk_zone_quota_bytes` for ticketed VMs.
     pub zone_quota_added_bytes: f64,
     /// Added to `disk_kvm_zvol_volsize_bytes` for ticketed KVM VMs.
@@ -86,7 +88,7 @@ impl<'r> PackageState<'r> {
 
 /// One allocation (or capacity) run's working set.
 pub struct Request<'r> {
-    pub servers: &'r [Server],
+    pub servers: &'r [Server<'r>],
     pub state: Vec<ServerState>,
     pub vm: &'r VmPayload,
     /// `vm.cpu_cap`, possibly copied from the package by `hard-filter-min-cpu`.
@@ -100,14 +102,15 @@ pub struct Request<'r> {
     pub rng: StdRng,
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
-    pub raw_servers: Vec<&'r RawValue>,
+    pub raw_servers: &'r [&'r str],
     vm_index: OnceCell<VmIndex>,
+    keys: OnceCell<Arc<KeyTable>>,
 }
 
 impl<'r> Request<'r> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        servers: &'r [Server],
+        servers: &'r [Server<'r>],
         vm: &'r VmPayload,
         image: &'r Image,
         package: Option<&'r Package>,
@@ -126,39 +129,75 @@ impl<'r> Request<'r> {
             tickets,
             defaults,
             rng,
-            raw_servers: Vec::new(),
+            raw_servers: &[],
             vm_index: OnceCell::new(),
+            keys: OnceCell::new(),
         }
     }
 
-    pub fn server(&self, id: ServerId) -> &'r Server {
+    pub fn server(&self, id: ServerId) -> &'r Server<'r> {
         &self.servers[id]
     }
 
     /// `String(server.uuid)`: the reasons key for a server.
-    pub fn key(&self, id: ServerId) -> String {
-        self.servers[id].reason_key()
+    pub fn key(&self, id: ServerId) -> ServerKey<'_> {
+        ServerKey::new(self.keys(), id)
+    }
+
+    /// Every server's reason key (made on first use).
+    pub fn keys(&self) -> &Arc<KeyTable> {
+        self.keys.get_or_init(|| Arc::new(KeyTable::new(self.servers)))
     }
 
     /// The server's effective `overprovision_ratios`.
     pub fn ratios(&self, id: ServerId) -> &Js {
-        self.state[id].ratios.as_ref().unwrap_or(&self.servers[id].overprovision_ratios)
+        self.state[id].ratios.as_deref().unwrap_or(&self.servers[id].overprovision_ratios)
     }
 
     /// The server's VMs: those sent inline, then those added from tickets.
-    pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm)> {
+    pub fn vms(&self, id: ServerId) -> impl Iterator<Item = (&str, &ServerVm<'r>)> {
         self.servers[id].inline_vms().chain(self.state[id].ticket_vms.iter().map(|(k, v)| (&**k, v)))
     }
 
+    /// Whether the server has a VM (inline or ticketed) whose `owner_uuid` is `owner`.
+    pub fn hosts_vm_of(&self, id: ServerId, owner: &str) -> bool {
+        let server = &self.servers[id];
+        let inline =
+            server.vm_summary().may_be_owned_by(owner) && server.inline_vms().any(|(_, vm)| vm.owned_by(owner));
+        inline || self.state[id].ticket_vms.iter().any(|(_, vm)| vm.owned_by(owner))
+    }
+
+    /// How many of the server's VMs (inline and ticketed) have `owner_uuid === owner`.
+    pub fn vms_of(&self, id: ServerId, owner: &Js) -> usize {
+        let server = &self.servers[id];
+        let inline = match owner.as_str() {
+            Some(o) if !server.vm_summary().may_be_owned_by(o) => 0,
+            Some(o) => server.inline_vms().filter(|(_, vm)| vm.owned_by(o)).count(),
+            None => server.inline_vms().filter(|(_, vm)| vm.owner_uuid().strict_eq(owner)).count(),
+        };
+        inline + self.state[id].ticket_vms.iter().filter(|(_, vm)| vm.owner_uuid().strict_eq(owner)).count()
+    }
+
+    /// The first of the server's VMs (inline, then ticketed) whose `cpu_cap` is truthy
+    /// (`capped`) or not.
+    pub fn first_vm_capped(&self, id: ServerId, capped: bool) -> Option<&ServerVm<'r>> {
+        let server = &self.servers[id];
+        let summary = server.vm_summary();
+        match if capped { summary.first_capped } else { summary.first_uncapped } {
+            Some(i) => Some(server.inline_vm_at(i as usize)),
+            None => self.state[id].ticket_vms.iter().map(|(_, vm)| vm).find(|vm| vm.cpu_cap_pct().truthy() == capped),
+        }
+    }
+
     /// `server.vms[uuid]`, looking at inline and ticketed VMs.
-    pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm> {
-        let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.obj_or_empty());
+    pub fn vm_on(&self, id: ServerId, uuid: &str) -> Option<&ServerVm<'r>> {
+        let inline = self.servers[id].vms.as_obj().and_then(|m| m.get(uuid)).map(|v| v.as_obj().unwrap_or(&EMPTY_VM));
         inline.or_else(|| self.state[id].ticket_vms.iter().find(|(k, _)| &**k == uuid).map(|(_, v)| v))
     }
 
     /// Number of VMs on the server (inline and ticketed).
     pub fn vm_count(&self, id: ServerId) -> usize {
-        self.servers[id].vms.as_obj().map_or(0, |m| m.len()) + self.state[id].ticket_vms.len()
+        self.servers[id].inline_vm_count() + self.state[id].ticket_vms.len()
     }
 
     /// The request's VMs, indexed for affinity and volumes-from look-ups (built on first use,

@@ -9,7 +9,8 @@
 use serde_json::Value;
 
 use super::context::{Request, ServerId};
-use super::summary::{Reasons, Step};
+use super::reasons::Reasons;
+use super::summary::Step;
 use crate::js::Js;
 use crate::plugins::{self, Plugin, PluginError};
 
@@ -44,6 +45,18 @@ impl Expr {
         input: Vec<ServerId>,
         steps: &mut Vec<Step>,
     ) -> Result<Vec<ServerId>, PluginError> {
+        self.run_from(req, input, None, steps).map(|(output, _)| output)
+    }
+
+    /// [`Expr::run`] on a list that is the `remaining` of step `source` (`None`: the servers
+    /// received); returns the output and the step it is the `remaining` of.
+    fn run_from(
+        &self,
+        req: &mut Request<'_>,
+        input: Vec<ServerId>,
+        source: Option<usize>,
+        steps: &mut Vec<Step>,
+    ) -> Result<(Vec<ServerId>, Option<usize>), PluginError> {
         match self {
             Expr::Plugin(plugin) => {
                 let mut reasons = Reasons::default();
@@ -55,27 +68,28 @@ impl Expr {
                     remaining: output.clone(),
                     reasons,
                     received: input.len(),
+                    input: source,
                     elapsed: started.elapsed(),
                 });
-                Ok(output)
+                Ok((output, Some(steps.len() - 1)))
             }
             Expr::Pipe(items) => {
-                let mut current = input;
+                let mut current = (input, source);
                 for item in items {
-                    if current.is_empty() {
+                    if current.0.is_empty() {
                         break;
                     }
-                    current = item.run(req, current, steps)?;
+                    current = item.run_from(req, current.0, current.1, steps)?;
                 }
                 Ok(current)
             }
             Expr::Or(items) => {
-                let mut output = Vec::new();
+                let mut output = (Vec::new(), source);
                 for (i, item) in items.iter().enumerate() {
-                    if i > 0 && !output.is_empty() {
+                    if i > 0 && !output.0.is_empty() {
                         break;
                     }
-                    output = item.run(req, input.clone(), steps)?;
+                    output = item.run_from(req, input.clone(), source, steps)?;
                 }
                 Ok(output)
             }

@@ -7,18 +7,19 @@
 pub mod context;
 pub mod defaults;
 pub mod expr;
+pub mod reasons;
 pub mod summary;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 pub use context::{Request, ServerId, ServerState, Unreserved};
 pub use defaults::Defaults;
 pub use expr::Expr;
-pub use summary::{Reasons, Step, StepsView};
+pub use reasons::{write_json_str, KeyTable, Msg, ReasonKey, Reasons, ServerKey};
+pub use summary::{Step, StepsFormat, StepsView};
 
 use crate::js::num_to_json;
 use crate::model::{AllocateBody, Image, Server, VmPayload};
@@ -104,7 +105,7 @@ impl Engine {
             &self.defaults,
             rng,
         );
-        req.raw_servers = body.raw_servers.clone();
+        req.raw_servers = &body.raw_servers;
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
@@ -113,7 +114,7 @@ impl Engine {
     }
 
     /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.
-    pub fn capacity(&self, servers: &[Server]) -> Result<Capacity, PluginError> {
+    pub fn capacity(&self, servers: &[Server<'_>]) -> Result<Capacity, PluginError> {
         let (vm, image) = (VmPayload::default(), Image::default());
         let mut req = Request::new(servers, &vm, &image, None, &[], &self.defaults, StdRng::seed_from_u64(0));
         let mut steps = Vec::new();
@@ -140,17 +141,70 @@ pub fn select(survivors: &[ServerId], state: &[ServerState]) -> Option<ServerId>
     Some(best)
 }
 
-/// `{"server": {...} | null, "steps": [...]}`, as `POST /allocate` answers.
-#[derive(Serialize)]
+/// `{"server": {...} | null, "steps": [...]}` for serde serializers.
 pub struct AllocateAnswer<'a> {
-    pub server: Option<Value>,
-    pub steps: StepsView<'a>,
+    allocation: &'a Allocation,
+    raw_servers: &'a [&'a str],
+    servers: &'a [Server<'a>],
+}
+
+impl serde::Serialize for AllocateAnswer<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::Error;
+        let bytes = self
+            .allocation
+            .write_answer(self.raw_servers, self.servers, StepsFormat::Full)
+            .map_err(S::Error::custom)?;
+        let text = String::from_utf8(bytes).map_err(S::Error::custom)?;
+        RawValue::from_string(text).map_err(S::Error::custom)?.serialize(s)
+    }
 }
 
 impl Allocation {
-    pub fn answer<'a>(&'a self, raw_servers: &[&RawValue], servers: &'a [Server]) -> AllocateAnswer<'a> {
-        let server = self.chosen.map(|id| summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]));
-        AllocateAnswer { server, steps: StepsView { servers, received: servers.len(), steps: &self.steps } }
+    /// `{"server": {...} | null, "steps": [...]}`, as `POST /allocate` answers, as JSON.
+    pub fn answer_json(&self, body: &AllocateBody<'_>, format: StepsFormat) -> serde_json::Result<Vec<u8>> {
+        self.write_answer(&body.raw_servers, &body.servers, format)
+    }
+
+    fn write_answer(
+        &self,
+        raw_servers: &[&str],
+        servers: &[Server<'_>],
+        format: StepsFormat,
+    ) -> serde_json::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(self.answer_size_hint(servers.len(), format));
+        out.extend_from_slice(b"{\"server\":");
+        match self.chosen {
+            Some(id) => {
+                let server = summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]);
+                serde_json::to_writer(&mut out, &server)?;
+            }
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"steps\":");
+        self.steps_view(servers, format).write_json(&mut out);
+        out.push(b'}');
+        Ok(out)
+    }
+
+    /// The full-format answer as a serde value (the service writes [`Allocation::answer_json`]).
+    pub fn answer<'a>(&'a self, raw_servers: &'a [&'a str], servers: &'a [Server<'a>]) -> AllocateAnswer<'a> {
+        AllocateAnswer { allocation: self, raw_servers, servers }
+    }
+
+    /// The steps, to write into an answer.
+    pub fn steps_view<'a>(&'a self, servers: &'a [Server<'a>], format: StepsFormat) -> StepsView<'a> {
+        StepsView { servers, received: servers.len(), steps: &self.steps, format }
+    }
+
+    /// About how many bytes the answer takes, so that it is written without regrowing.
+    pub fn answer_size_hint(&self, servers: usize, format: StepsFormat) -> usize {
+        let listed = match format {
+            StepsFormat::Full => servers + self.steps.iter().map(|s| s.remaining.len()).sum::<usize>(),
+            StepsFormat::Removed => servers,
+        };
+        let reasons: usize = self.steps.iter().map(|s| s.reasons.len()).sum();
+        4096 + listed * 39 + reasons * 80 + self.steps.len() * 96
     }
 }
 

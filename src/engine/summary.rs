@@ -5,68 +5,13 @@
 //! computed for it (`score`, `overprovision_ratios`, `unreserved_*`).
 
 use indexmap::IndexMap;
-use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::context::{ServerId, ServerState};
+use super::reasons::{write_json_str, Reasons};
 use crate::js::{num_to_json, Js};
 use crate::model::Server;
-
-/// A step's reasons: server key (or `skip`, `*`) → message, in insertion order.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Reasons(IndexMap<String, String>);
-
-impl Reasons {
-    /// Sets a reason; a repeated key keeps its first position, as in a JS object.
-    pub fn set(&mut self, key: impl Into<String>, message: impl Into<String>) {
-        self.0.insert(key.into(), message.into());
-    }
-
-    /// `{"skip": message}`: the plugin did nothing, and says why.
-    pub fn skip(&mut self, message: impl Into<String>) {
-        self.set("skip", message);
-    }
-
-    /// `{"*": message}`: a message about the whole step.
-    pub fn all(&mut self, message: impl Into<String>) {
-        self.set("*", message);
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(String::as_str)
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
-    }
-
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut String> {
-        self.0.values_mut()
-    }
-
-    /// Merges `other` in, later keys overwriting earlier ones.
-    pub fn extend(&mut self, other: &Reasons) {
-        for (k, v) in other.iter() {
-            self.set(k, v);
-        }
-    }
-}
-
-impl Serialize for Reasons {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
 
 /// One plugin run.
 #[derive(Debug, Clone)]
@@ -79,86 +24,168 @@ pub struct Step {
     pub reasons: Reasons,
     /// How many servers the plugin was given.
     pub received: usize,
+    /// Which list the plugin was given: the `remaining` of that earlier step, or (`None`)
+    /// every server received.
+    pub input: Option<usize>,
     pub elapsed: std::time::Duration,
 }
 
+/// How the steps of an answer are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StepsFormat {
+    /// `{step, remaining: [uuid...], reasons?}`: every step lists the servers left after it
+    /// (the original's format, what CNAPI reads).
+    #[default]
+    Full,
+    /// `{step, removed: [uuid...], remaining_count, reasons?}`: every step lists only the
+    /// servers it was given and did not pass on, so the summary grows with what was
+    /// removed rather than with servers × steps.
+    Removed,
+}
+
+impl StepsFormat {
+    /// `full` or `removed`, as the `steps` query parameter and CLI flag name them.
+    pub fn parse(name: &str) -> Option<StepsFormat> {
+        match name {
+            "full" => Some(StepsFormat::Full),
+            "removed" => Some(StepsFormat::Removed),
+            _ => None,
+        }
+    }
+}
+
 /// The step summary as `POST /allocate` answers it: `Received by DAPI` first, then one
-/// `{step, remaining, reasons?}` per plugin run.
+/// entry per plugin run.
 pub struct StepsView<'a> {
-    pub servers: &'a [Server],
+    pub servers: &'a [Server<'a>],
     pub received: usize,
     pub steps: &'a [Step],
+    pub format: StepsFormat,
 }
 
-impl Serialize for StepsView<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(self.steps.len() + 1))?;
-        seq.serialize_element(&StepView {
-            servers: self.servers,
-            name: "Received by DAPI",
-            ids: Ids::All(self.received),
-            reasons: None,
-        })?;
-        for step in self.steps {
-            let reasons = (!step.reasons.is_empty()).then_some(&step.reasons);
-            seq.serialize_element(&StepView {
-                servers: self.servers,
-                name: step.name,
-                ids: Ids::List(&step.remaining),
-                reasons,
-            })?;
-        }
-        seq.end()
-    }
-}
-
-enum Ids<'a> {
-    All(usize),
-    List(&'a [ServerId]),
-}
-
-struct StepView<'a> {
-    servers: &'a [Server],
-    name: &'a str,
-    ids: Ids<'a>,
-    reasons: Option<&'a Reasons>,
-}
-
-impl Serialize for StepView<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(2 + usize::from(self.reasons.is_some())))?;
-        map.serialize_entry("step", self.name)?;
-        match self.ids {
-            Ids::All(n) => map.serialize_entry("remaining", &UuidList(self.servers, 0..n))?,
-            Ids::List(ids) => map.serialize_entry("remaining", &UuidList(self.servers, ids.iter().copied()))?,
-        }
-        if let Some(r) = self.reasons {
-            map.serialize_entry("reasons", r)?;
-        }
-        map.end()
-    }
-}
-
-/// Server uuids (`null` for a server without one).
-struct UuidList<'a, I>(&'a [Server], I);
-
-impl<I: Iterator<Item = ServerId> + Clone> Serialize for UuidList<'_, I> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(None)?;
-        for id in self.1.clone() {
-            match &self.0[id].uuid {
-                Js::Undefined => seq.serialize_element(&Js::Null)?,
-                uuid => seq.serialize_element(uuid)?,
+impl StepsView<'_> {
+    /// The steps as a JSON array, appended to `out` (what serde_json would write).
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        let uuids = UuidJson::new(self.servers);
+        out.push(b'[');
+        match self.format {
+            StepsFormat::Full => {
+                write_step_head(out, "Received by DAPI", "remaining");
+                uuids.write_list(out, 0..self.received);
+                out.push(b'}');
+                for step in self.steps {
+                    out.push(b',');
+                    write_step_head(out, step.name, "remaining");
+                    uuids.write_list(out, step.remaining.iter().copied());
+                    write_reasons(out, &step.reasons);
+                }
+            }
+            StepsFormat::Removed => {
+                write_step_head(out, "Received by DAPI", "removed");
+                out.extend_from_slice(b"[],\"remaining_count\":");
+                out.extend_from_slice(self.received.to_string().as_bytes());
+                out.push(b'}');
+                // `seen[id] == mark` when `id` is in the current step's remaining list.
+                let mut seen = vec![0u32; self.servers.len()];
+                for (i, step) in self.steps.iter().enumerate() {
+                    let mark = i as u32 + 1;
+                    for &id in &step.remaining {
+                        seen[id] = mark;
+                    }
+                    let removed =
+                        |ids: &[ServerId]| ids.iter().copied().filter(|&id| seen[id] != mark).collect::<Vec<_>>();
+                    let removed = match step.input {
+                        Some(k) => removed(&self.steps[k].remaining),
+                        None => (0..self.received).filter(|&id| seen[id] != mark).collect(),
+                    };
+                    out.push(b',');
+                    write_step_head(out, step.name, "removed");
+                    uuids.write_list(out, removed.into_iter());
+                    out.extend_from_slice(b",\"remaining_count\":");
+                    out.extend_from_slice(step.remaining.len().to_string().as_bytes());
+                    write_reasons(out, &step.reasons);
+                }
             }
         }
-        seq.end()
+        out.push(b']');
+    }
+}
+
+/// `{"step":<name>,"<list>":`
+fn write_step_head(out: &mut Vec<u8>, name: &str, list: &str) {
+    out.extend_from_slice(b"{\"step\":");
+    write_json_str(out, name);
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(list.as_bytes());
+    out.extend_from_slice(b"\":");
+}
+
+/// `,"reasons":{...}}` when there are any, then the closing brace.
+fn write_reasons(out: &mut Vec<u8>, reasons: &Reasons) {
+    if !reasons.is_empty() {
+        out.extend_from_slice(b",\"reasons\":");
+        reasons.write_json(out);
+    }
+    out.push(b'}');
+}
+
+/// Every server's uuid as JSON (`null` for a server without one), written once per answer
+/// and copied into each list.
+struct UuidJson {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl UuidJson {
+    fn new(servers: &[Server<'_>]) -> UuidJson {
+        let mut bytes = Vec::with_capacity(servers.len() * 40);
+        let mut ends = Vec::with_capacity(servers.len());
+        for server in servers {
+            match &server.uuid {
+                Js::Str(s) => write_json_str(&mut bytes, s),
+                Js::Undefined => bytes.extend_from_slice(b"null"),
+                other => {
+                    let _ = serde_json::to_writer(&mut bytes, other);
+                }
+            }
+            ends.push(bytes.len());
+        }
+        UuidJson { bytes, ends }
+    }
+
+    fn get(&self, id: ServerId) -> &[u8] {
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.bytes[start..self.ends[id]]
+    }
+
+    fn write_list(&self, out: &mut Vec<u8>, ids: impl Iterator<Item = ServerId>) {
+        out.push(b'[');
+        for (i, id) in ids.enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(self.get(id));
+        }
+        out.push(b']');
     }
 }
 
 /// The chosen server as the caller sent it, without `vms`, with the allocation's
 /// additions written over or appended in the order the original set them.
-pub fn chosen_server_json(raw: &RawValue, server: &Server, state: &ServerState) -> Value {
-    let mut value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Value {
+    // Fields are read one by one so that the VMs, dropped anyway, are only skipped over.
+    let mut value = match serde_json::from_str::<IndexMap<String, &RawValue>>(raw) {
+        Ok(fields) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = if k == "vms" { Value::Null } else { serde_json::from_str(v.get()).unwrap_or(Value::Null) };
+                    (k, v)
+                })
+                .collect(),
+        ),
+        Err(_) => serde_json::from_str(raw).unwrap_or(Value::Null),
+    };
     let Some(obj) = value.as_object_mut() else { return value };
     obj.insert("score".into(), num_to_json(state.score));
     if let Some(ratios) = &state.ratios {

@@ -4,15 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::body::{Body, HttpBody};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
 
 use super::errors::ApiError;
 use super::{AppState, Outcome};
-use crate::engine::{Allocation, Engine, Step, StepsView};
+use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
 
@@ -36,20 +35,27 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 /// Reads the whole body, refusing more than `limit` bytes.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    let declared =
-        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
+///
+/// The body is read frame by frame into one buffer sized from `Content-Length`, so a large
+/// request is held once (collecting the frames first and then joining them would hold it
+/// twice).
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let inner = e.into_inner();
-        if inner.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-            ApiError::TooLarge(limit)
-        } else {
-            ApiError::Malformed(format!("cannot read the request body: {inner}"))
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(ApiError::TooLarge(limit));
+            }
+            buf.extend_from_slice(&data);
         }
-    })
+    }
+    Ok(buf)
 }
 
 /// Size and digest of a request body, logged instead of the body itself.
@@ -100,7 +106,7 @@ async fn run_limited<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
-    work: impl FnOnce(Arc<Engine>, Bytes) -> Result<T, ApiError> + Send + 'static,
+    work: impl FnOnce(Arc<Engine>, Vec<u8>) -> Result<T, ApiError> + Send + 'static,
 ) -> (Option<BodySeen>, Result<T, ApiError>) {
     if let Err(e) = check_content_type(headers) {
         return (None, Err(e));
@@ -140,13 +146,6 @@ fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Respon
     response
 }
 
-#[derive(Serialize)]
-struct NoServers<'a> {
-    code: &'static str,
-    message: String,
-    steps: StepsView<'a>,
-}
-
 /// CNAPI's 409 reason: the last step's `*` reason, else its name with the first letter
 /// lower-cased and `no ` before a leading `servers `.
 pub fn failure_reason(steps: &[Step]) -> String {
@@ -169,37 +168,44 @@ pub fn failure_reason(steps: &[Step]) -> String {
 fn answer_allocation(
     body: &AllocateBody<'_>,
     allocation: &Allocation,
+    format: StepsFormat,
 ) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
     let servers = body.servers.len();
-    let to_bytes = |v: &dyn erased::Ser| v.to_vec().map_err(|e| ApiError::Internal(e.to_string()));
     match allocation.chosen {
         Some(id) => {
-            let answer = allocation.answer(&body.raw_servers, &body.servers);
+            let answer = allocation.answer_json(body, format).map_err(|e| ApiError::Internal(e.to_string()))?;
             let uuid = body.servers[id].reason_key();
-            Ok((StatusCode::OK, to_bytes(&answer)?, Outcome::Allocated { servers, uuid }))
+            Ok((StatusCode::OK, answer, Outcome::Allocated { servers, uuid }))
         }
         None => {
             let reason = failure_reason(&allocation.steps);
-            let no_servers = NoServers {
-                code: "NoAllocatableServersError",
-                message: format!("No compute resources available: {reason}"),
-                steps: StepsView { servers: &body.servers, received: servers, steps: &allocation.steps },
-            };
-            Ok((StatusCode::CONFLICT, to_bytes(&no_servers)?, Outcome::NoServer { servers, reason }))
+            // {"code", "message", "steps"}, written the way the 200 answer is.
+            let mut out = Vec::with_capacity(allocation.answer_size_hint(servers, format));
+            out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
+            write_json_str(&mut out, &format!("No compute resources available: {reason}"));
+            out.extend_from_slice(br#","steps":"#);
+            allocation.steps_view(&body.servers, format).write_json(&mut out);
+            out.push(b'}');
+            Ok((StatusCode::CONFLICT, out, Outcome::NoServer { servers, reason }))
         }
     }
 }
 
-/// Serialising through a trait object keeps `answer_allocation` free of generics.
-mod erased {
-    pub trait Ser {
-        fn to_vec(&self) -> serde_json::Result<Vec<u8>>;
-    }
-    impl<T: serde::Serialize> Ser for T {
-        fn to_vec(&self) -> serde_json::Result<Vec<u8>> {
-            serde_json::to_vec(self)
+/// The `steps` query parameter: `full` (the default) or `removed`.
+fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
+    let mut format = StepsFormat::Full;
+    for pair in query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key == "steps" {
+            format = StepsFormat::parse(value).ok_or_else(|| {
+                ApiError::InvalidParameters(vec![FieldError::invalid(
+                    "steps",
+                    format!("must be full or removed, not {value:?}"),
+                )])
+            })?;
         }
     }
+    Ok(format)
 }
 
 /// Choose a server for a new VM.
@@ -221,7 +227,16 @@ mod erased {
     ),
     security((), ("bearer" = []))
 )]
-pub async fn allocate(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+pub async fn allocate(
+    State(app): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let format = match steps_format(query.as_deref()) {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
+    };
     let app2 = app.clone();
     let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes| {
         let mut request = parse_allocate_body(&bytes).map_err(body_error)?;
@@ -229,7 +244,7 @@ pub async fn allocate(State(app): State<Arc<AppState>>, headers: HeaderMap, body
         validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
         let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
         app2.metrics.record_steps(&allocation.steps);
-        answer_allocation(&request, &allocation)
+        answer_allocation(&request, &allocation, format)
     })
     .await;
     respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
@@ -336,9 +351,9 @@ mod tests {
     fn step(name: &'static str, star: Option<&str>) -> Step {
         let mut reasons = Reasons::default();
         if let Some(s) = star {
-            reasons.all(s);
+            reasons.all(s.to_string());
         }
-        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, elapsed: Duration::ZERO }
+        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, input: None, elapsed: Duration::ZERO }
     }
 
     #[tokio::test]

@@ -8,24 +8,31 @@
 
 mod request;
 mod shape;
+mod vms;
 
 pub use request::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType};
 pub use shape::{EmptyValue, Shape};
+pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
 
 use crate::js::Js;
 
-/// The VMs on a server, keyed by VM uuid, in the order the caller sent them.
-pub type VmMap = IndexMap<Box<str>, Shape<ServerVm>>;
+crate::empty_value!(Sysinfo, Nic, VirtualNic);
 
-crate::empty_value!(Sysinfo, ServerVm, VmMap, Nic, VirtualNic);
+/// Reads test JSON into a model that borrows from its text, as a request body's models do
+/// (the text is leaked, so tests only).
+#[cfg(test)]
+pub fn from_test_json<T: serde::Deserialize<'static>>(v: &serde_json::Value) -> T {
+    let text: &'static str = Box::leak(v.to_string().into_boxed_str());
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("test JSON does not fit the model: {e}"))
+}
 
-/// A CNAPI server object.
+/// A CNAPI server object. Strings of its VMs borrow from the request body (`'a`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
-pub struct Server {
+pub struct Server<'a> {
     pub uuid: Js,
     pub status: Js,
     pub setup: Js,
@@ -51,10 +58,11 @@ pub struct Server {
     /// `{cpu, ram, disk, io, net}` ratios; an object in valid servers.
     pub overprovision_ratios: Js,
     pub sysinfo: Shape<Sysinfo>,
-    pub vms: Shape<VmMap>,
+    #[serde(borrow)]
+    pub vms: Shape<VmMap<'a>>,
 }
 
-impl Server {
+impl<'a> Server<'a> {
     /// `String(server.uuid)`: the key of this server's entry in step reasons.
     pub fn reason_key(&self) -> String {
         self.uuid.to_js_string()
@@ -65,9 +73,26 @@ impl Server {
         self.sysinfo.obj_or_empty()
     }
 
-    /// The VMs sent inline; a missing, null or array `vms` reads as no VMs.
-    pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm)> {
-        self.vms.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
+    /// The VMs sent inline; a missing, null or array `vms` reads as no VMs, and an entry
+    /// that is not an object as a VM without fields.
+    pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm<'a>)> + Clone {
+        let entries = self.vms.as_obj().map_or(&[][..], VmMap::as_slice);
+        entries.iter().map(|(k, v)| (&**k, v.as_obj().unwrap_or(&EMPTY_VM)))
+    }
+
+    /// Number of VMs sent inline.
+    pub fn inline_vm_count(&self) -> usize {
+        self.vms.as_obj().map_or(0, VmMap::len)
+    }
+
+    /// What the capacity plugins need from the VMs sent inline.
+    pub fn vm_summary(&self) -> &VmSummary {
+        self.vms.as_obj().map_or(vms::empty_summary(), VmMap::summary)
+    }
+
+    /// The inline VM at position `i`.
+    pub fn inline_vm_at(&self, i: usize) -> &ServerVm<'a> {
+        self.vms.as_obj().map_or(&EMPTY_VM, |m| m.vm_at(i))
     }
 }
 
@@ -127,30 +152,6 @@ pub struct VirtualNic {
     pub link_status: Js,
     #[serde(rename = "Overlay Nic Tags")]
     pub overlay_nic_tags: Js,
-}
-
-/// A VM already on a server (an entry of `server.vms`), or one added from a ticket.
-#[derive(Debug, Default, Clone, Deserialize)]
-#[serde(default)]
-pub struct ServerVm {
-    pub uuid: Js,
-    pub owner_uuid: Js,
-    pub brand: Js,
-    pub state: Js,
-    /// Promised RAM (`max_physical_memory`), MiB.
-    #[serde(rename = "max_physical_memory")]
-    pub max_physical_memory_mib: Js,
-    /// Promised disk (`quota`), GiB.
-    #[serde(rename = "quota")]
-    pub quota_gib: Js,
-    /// CPU cap, percent of one core.
-    #[serde(rename = "cpu_cap")]
-    pub cpu_cap_pct: Js,
-    pub alias: Js,
-    pub tags: Js,
-    pub internal_metadata: Js,
-    pub docker: Js,
-    pub last_modified: Js,
 }
 
 /// The VM payload: what is to be allocated.

@@ -5,19 +5,20 @@
 //! parameters are collected and reported together, the way CNAPI's parameter check does.
 
 use indexmap::IndexMap;
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{Image, Package, Server, Ticket, VmPayload};
 use crate::js::Js;
 use crate::validate::FieldError;
 
-/// A parsed `POST /allocate` body (not yet validated).
+/// A parsed `POST /allocate` body (not yet validated). Strings of the servers' VMs borrow
+/// from the body.
 #[derive(Debug)]
 pub struct AllocateBody<'a> {
-    /// Each server as received, for the answer.
-    pub raw_servers: Vec<&'a RawValue>,
-    pub servers: Vec<Server>,
+    /// Each server's JSON text as received, for the answer and for owner filters.
+    pub raw_servers: Vec<&'a str>,
+    pub servers: Vec<Server<'a>>,
     pub vm: VmPayload,
     pub image: Image,
     pub package: Option<Package>,
@@ -89,7 +90,7 @@ fn not_array(field: &str) -> FieldError {
     FieldError::invalid(field, "value was not an array")
 }
 
-fn parse_typed<T: DeserializeOwned>(field: &str, raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<T> {
+fn parse_typed<'a, T: Deserialize<'a>>(field: &str, raw: &'a RawValue, errors: &mut Vec<FieldError>) -> Option<T> {
     match serde_json::from_str::<T>(raw.get()) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -104,7 +105,7 @@ fn parse_servers<'a>(
     field: &str,
     raw: &'a RawValue,
     errors: &mut Vec<FieldError>,
-) -> Option<(Vec<&'a RawValue>, Vec<Server>)> {
+) -> Option<(Vec<&'a str>, Vec<Server<'a>>)> {
     let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
         Ok(v) => v,
         Err(_) => {
@@ -124,7 +125,139 @@ fn parse_servers<'a>(
             servers.push(s);
         }
     }
-    (errors.len() == before).then_some((raws, servers))
+    (errors.len() == before).then_some((raws.iter().map(|r| r.get()).collect(), servers))
+}
+
+/// The `servers` member as read in the one pass over the body.
+enum ServersMember<'a> {
+    /// An array: each server's text and typed form, or the problems of its elements.
+    Array(Result<(Vec<&'a str>, Vec<Server<'a>>), Vec<FieldError>>),
+    /// Something else.
+    NotArray,
+}
+
+/// A cursor over the body text. The top-level object and the servers array are walked here
+/// so that each server is read once, straight into its typed form, while its text is
+/// remembered; every value itself is read by serde_json from the cursor's position.
+struct Cursor<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.pos) {
+            self.pos += 1;
+        }
+        bytes.get(self.pos).copied()
+    }
+
+    fn eat(&mut self, b: u8) -> bool {
+        let found = self.peek() == Some(b);
+        self.pos += usize::from(found);
+        found
+    }
+
+    fn expect(&mut self, b: u8) -> serde_json::Result<()> {
+        if self.eat(b) {
+            Ok(())
+        } else {
+            Err(serde::de::Error::custom(format!("expected `{}` at byte {}", b as char, self.pos)))
+        }
+    }
+
+    /// Reads the JSON value at the cursor, returning it and its text. On error the cursor
+    /// stays at the value's start.
+    fn value<T: Deserialize<'a>>(&mut self) -> serde_json::Result<(T, &'a str)> {
+        self.peek();
+        let rest = &self.text[self.pos..];
+        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<T>();
+        match stream.next() {
+            Some(Ok(v)) => {
+                let end = stream.byte_offset();
+                self.pos += end;
+                Ok((v, &rest[..end]))
+            }
+            Some(Err(e)) => Err(e),
+            None => Err(serde::de::Error::custom("unexpected end of input")),
+        }
+    }
+
+    /// The servers array, the cursor being at its `[`.
+    fn servers(&mut self) -> serde_json::Result<ServersMember<'a>> {
+        self.expect(b'[')?;
+        let (mut raws, mut servers, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        let mut i = 0;
+        while !self.eat(b']') {
+            if i > 0 {
+                self.expect(b',')?;
+            }
+            let field = || format!("servers[{i}]");
+            if self.peek() == Some(b'{') {
+                match self.value::<Server>() {
+                    Ok((server, raw)) => {
+                        raws.push(raw);
+                        servers.push(server);
+                    }
+                    // Well-formed JSON the model cannot take (a repeated field).
+                    Err(e) if e.classify() == serde_json::error::Category::Data => {
+                        errors.push(FieldError::invalid(field(), format!("cannot be read: {e}")));
+                        self.value::<serde::de::IgnoredAny>()?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                let (raw, _) = self.value::<&RawValue>()?;
+                errors.push(not_object(&field(), ParamType::of(Some(raw))));
+            }
+            i += 1;
+        }
+        servers.shrink_to_fit();
+        Ok(ServersMember::Array(if errors.is_empty() { Ok((raws, servers)) } else { Err(errors) }))
+    }
+
+    /// The top-level object: every member but `servers` as raw JSON (a repeated key keeps
+    /// its first position and its last value, as `JSON.parse` does).
+    fn allocate_body(&mut self) -> serde_json::Result<(TopLevel<'a>, Option<ServersMember<'a>>)> {
+        let (mut top, mut servers) = (TopLevel::new(), None);
+        self.expect(b'{')?;
+        let mut first = true;
+        while !self.eat(b'}') {
+            if !first {
+                self.expect(b',')?;
+            }
+            first = false;
+            if self.peek() != Some(b'"') {
+                return Err(serde::de::Error::custom("expected a key"));
+            }
+            let (key, _) = self.value::<String>()?;
+            self.expect(b':')?;
+            if key == "servers" {
+                servers = Some(if self.peek() == Some(b'[') {
+                    self.servers()?
+                } else {
+                    self.value::<&RawValue>()?;
+                    ServersMember::NotArray
+                });
+            } else {
+                let (raw, _) = self.value::<&RawValue>()?;
+                top.insert(key, raw);
+            }
+        }
+        if self.peek().is_some() {
+            return Err(serde::de::Error::custom("trailing characters"));
+        }
+        Ok((top, servers))
+    }
+}
+
+/// Why a body that could not be walked is malformed, worded as serde_json words it.
+fn malformed(body: &[u8], walk_error: serde_json::Error) -> BodyError {
+    match top_level(body) {
+        Err(e) => e,
+        Ok(_) => BodyError::Malformed(format!("body is not a JSON object: {walk_error}")),
+    }
 }
 
 /// Reads the tickets; a ticket that is not an object gets `validateTickets`' message.
@@ -151,13 +284,18 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
 /// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
-    let top = top_level(body)?;
+    let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
+    let (top, servers_member) = Cursor { text, pos: 0 }.allocate_body().map_err(|e| malformed(body, e))?;
     let get = |names: &[&str]| names.iter().find_map(|n| top.get(*n).copied());
     let mut errors = Vec::new();
 
-    let servers = match ParamType::of(get(&["servers"])) {
-        ParamType::Array => get(&["servers"]).and_then(|r| parse_servers("servers", r, &mut errors)),
-        _ => {
+    let servers = match servers_member {
+        Some(ServersMember::Array(Ok(servers))) => Some(servers),
+        Some(ServersMember::Array(Err(problems))) => {
+            errors.extend(problems);
+            None
+        }
+        Some(ServersMember::NotArray) | None => {
             errors.push(not_array("servers"));
             None
         }
@@ -229,7 +367,7 @@ pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
 }
 
 /// Reads a `POST /capacity` body: `{servers: [...]}` or a bare array of servers.
-pub fn parse_capacity_body(body: &[u8]) -> Result<(Vec<&RawValue>, Vec<Server>), BodyError> {
+pub fn parse_capacity_body(body: &[u8]) -> Result<(Vec<&str>, Vec<Server<'_>>), BodyError> {
     let root: &RawValue =
         serde_json::from_slice(body).map_err(|e| BodyError::Malformed(format!("body is not JSON: {e}")))?;
     let mut errors = Vec::new();
@@ -281,7 +419,7 @@ mod tests {
                         "nic_tags": ["admin"]}"#;
         let parsed = parse_allocate_body(body).expect("valid body");
         assert_eq!(parsed.servers.len(), 1);
-        assert_eq!(parsed.raw_servers[0].get(), r#"{"uuid": "x"}"#);
+        assert_eq!(parsed.raw_servers[0], r#"{"uuid": "x"}"#);
         assert!(parsed.package.is_some());
         assert_eq!(parsed.vm.nic_tags.stringify(), r#"["admin"]"#);
     }

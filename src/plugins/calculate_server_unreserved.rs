@@ -28,9 +28,10 @@ impl Plugin for CalculateServerUnreserved {
         servers: &[ServerId],
         _reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
+        let defaults = std::sync::Arc::new(default_ratios());
         for &id in servers {
             if req.server(id).sysinfo.truthy() && !req.ratios(id).truthy() {
-                req.state[id].ratios = Some(default_ratios());
+                req.state[id].ratios = Some(defaults.clone());
             }
             let u = unreserved(req, id);
             req.state[id].unreserved = Some(u);

@@ -13,7 +13,7 @@ use super::shared::unreserved::{is_hvm_brand, GIB};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
 use crate::js::{js_add, Js};
-use crate::model::{ServerVm, Ticket};
+use crate::model::{FullVm, ServerVm, Ticket};
 
 /// Memory the hypervisor itself takes for each HVM guest, MiB (bhyve's matches
 /// `BHYVE_MEM_OVERHEAD` in vmadm).
@@ -88,15 +88,15 @@ fn add_ticketed(req: &mut Request<'_>, id: ServerId, tickets: &[&Ticket]) -> boo
             }
             _ => {}
         }
-        state.ticket_vms.push((key.into(), vm));
+        state.ticket_vms.push((key.into(), ServerVm::from(vm)));
     }
     true
 }
 
 /// The VM a ticket stands for, and (for HVM brands) its zvols in GiB.
-fn vm_from_ticket(ticket: &Ticket) -> (ServerVm, f64) {
+fn vm_from_ticket(ticket: &Ticket) -> (FullVm, f64) {
     let extra = &ticket.extra;
-    let mut vm = ServerVm {
+    let mut vm = FullVm {
         uuid: ticket.id.clone(),
         owner_uuid: extra.get("owner_uuid").clone(),
         max_physical_memory_mib: extra.get("max_physical_memory").clone(),
@@ -104,7 +104,7 @@ fn vm_from_ticket(ticket: &Ticket) -> (ServerVm, f64) {
         quota_gib: extra.get("quota").clone(),
         brand: extra.get("brand").clone(),
         state: Js::str("running"),
-        ..ServerVm::default()
+        ..FullVm::default()
     };
     let mut zvol_gib = 0.0;
     if is_hvm_brand(&vm.brand) {
@@ -155,12 +155,12 @@ mod tests {
     fn vm_json(vm: &ServerVm) -> String {
         format!(
             "{} {} {} {} {} {}",
-            vm.uuid.stringify(),
-            vm.owner_uuid.stringify(),
-            vm.max_physical_memory_mib.stringify(),
-            vm.cpu_cap_pct.stringify(),
-            vm.quota_gib.stringify(),
-            vm.brand.stringify()
+            vm.uuid().stringify(),
+            vm.owner_uuid().stringify(),
+            vm.max_physical_memory_mib().stringify(),
+            vm.cpu_cap_pct().stringify(),
+            vm.quota_gib().stringify(),
+            vm.brand().stringify()
         )
     }
 
@@ -196,7 +196,7 @@ mod tests {
         assert_eq!(st[2].ticket_vms.len(), 1);
         assert_eq!(&*st[2].ticket_vms[0].0, "z1");
         assert_eq!(vm_json(&st[2].ticket_vms[0].1), r#""z1" "o" 768 150 10 "smartos""#);
-        assert_eq!(st[2].ticket_vms[0].1.state, Js::str("running"));
+        assert_eq!(st[2].ticket_vms[0].1.state().as_str(), Some("running"));
         assert_eq!((st[2].zone_quota_added_bytes, st[2].kvm_zvol_added_bytes), (10.0 * GIB, 0.0));
 
         assert_eq!(vm_json(&st[3].ticket_vms[0].1), r#""k1" "o" 3072 150 10 "kvm""#);
@@ -253,6 +253,6 @@ mod tests {
         let out = f.run(&CalculateTicketedVms);
         assert_eq!(out.state[0].kvm_zvol_added_bytes, 2.0 * GIB);
         assert_eq!(out.state[1].kvm_zvol_added_bytes, 0.0);
-        assert_eq!(out.state[1].ticket_vms[0].1.max_physical_memory_mib, Js::Num(2048.0));
+        assert_eq!(out.state[1].ticket_vms[0].1.max_physical_memory_mib().num(), 2048.0);
     }
 }

@@ -34,13 +34,13 @@ impl Plugin for HardFilterCapness {
         let capped = req.vm_cpu_cap.truthy() || req.package.as_ref().is_some_and(|p| p.package.cpu_cap_pct.truthy());
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
-            let odd = req.vms(id).map(|(_, vm)| vm).find(|vm| vm.cpu_cap_pct.truthy() != capped);
+            let odd = req.first_vm_capped(id, !capped);
             match odd {
                 None => kept.push(id),
                 Some(vm) => {
                     let msg = format!(
                         "VM {} has {} cpu_cap, while the package {}",
-                        vm.uuid.to_js_string(),
+                        vm.uuid().to_js_string(),
                         if capped { "no" } else { "a" },
                         if capped { "does" } else { "does not" }
                     );

@@ -85,11 +85,12 @@ fn rejection(req: &Request<'_>, id: ServerId, bhyve: bool, brand: &str, vcpus: &
         // Such servers run both hypervisors side by side.
         return None;
     }
-    let clash = req.vms(id).map(|(_, vm)| vm).find(|vm| is_hvm_brand(&vm.brand) && vm.brand.as_str() != Some(brand))?;
+    let clash =
+        req.vms(id).map(|(_, vm)| vm).find(|vm| is_hvm_brand(vm.brand()) && vm.brand().as_str() != Some(brand))?;
     Some(format!(
         "VM {} has brand {} which is incompatible with new VMs using brand {}",
-        clash.uuid.to_js_string(),
-        clash.brand.to_js_string(),
+        clash.uuid().to_js_string(),
+        clash.brand().to_js_string(),
         brand
     ))
 }

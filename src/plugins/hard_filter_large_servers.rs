@@ -7,7 +7,7 @@
 //! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
 //! exactly where the original did.
 
-use super::shared::js_sort::js_sort_by;
+use super::shared::js_sort::js_sort_by_scaled;
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
 
@@ -40,11 +40,11 @@ impl Plugin for HardFilterLargeServers {
         if held_back < 1.0 {
             return Ok(servers.to_vec());
         }
-        let ram = |id: ServerId| req.unreserved_js(id)[1].num();
-        let mut sorted = servers.to_vec();
-        // Descending: the comparator is `b - a`.
-        js_sort_by(&mut sorted, |&a, &b| ram(b) - ram(a));
-        Ok(sorted.split_off(held_back as usize))
+        let ram = |id: ServerId| req.state[id].unreserved.map_or(f64::NAN, |u| u.ram_mib);
+        let mut sorted: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, ram(id))).collect();
+        // Descending: the comparator is `b - a`, which is `-1 × (a - b)` exactly.
+        js_sort_by_scaled(&mut sorted, |s| s.1, -1.0);
+        Ok(sorted[held_back as usize..].iter().map(|s| s.0).collect())
     }
 }
 

@@ -53,8 +53,19 @@ impl Plugin for HardFilterOverprovisionRatios {
         // One pass per resource, each over the servers the previous ones kept.
         for (resource, pkg_ratio) in pairs {
             let wanted = canonical(pkg_ratio);
+            let wanted_num = pkg_ratio.truthy().then(|| pkg_ratio.num());
             kept.retain(|&id| {
-                let has = canonical(req.ratios(id).get(resource));
+                let ratio = req.ratios(id).get(resource);
+                // The same number (or none on both sides) prints the same: no need to.
+                let same = match (wanted_num, ratio.truthy()) {
+                    (None, false) => true,
+                    (Some(w), true) => w == ratio.num(),
+                    _ => false,
+                };
+                if same {
+                    return true;
+                }
+                let has = canonical(ratio);
                 if has == wanted {
                     return true;
                 }

@@ -63,13 +63,13 @@ impl Plugin for HardFilterOwnersServers {
                 return Ok(Vec::new());
             };
             for id in kept {
-                claimed.insert(req.key(id), &filter.owner);
+                claimed.insert(req.key(id).to_string(), &filter.owner);
             }
         }
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
             let key = req.key(id);
-            match claimed.get(&key) {
+            match claimed.get(&*key) {
                 Some(owner) if !owner.is_empty() => reasons.set(key, format!("Removed by filter for owner {owner}")),
                 _ => kept.push(id),
             }
@@ -96,7 +96,7 @@ fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
         .raw_servers
         .get(id)
         .ok_or_else(|| PluginError(format!("the JSON of server {} is not available to owner filters", req.key(id))))?;
-    let mut view: Js = serde_json::from_str(raw.get())
+    let mut view: Js = serde_json::from_str(raw)
         .map_err(|e| PluginError(format!("the JSON of server {} cannot be read: {e}", req.key(id))))?;
     let Js::Obj(obj) = &mut view else { return Ok(view) };
     let server = req.server(id);
@@ -104,7 +104,7 @@ fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
     // The allocator starts every server at score 0.
     obj.insert("score".into(), Js::Num(state.score));
     if let Some(ratios) = &state.ratios {
-        obj.insert("overprovision_ratios".into(), ratios.clone());
+        obj.insert("overprovision_ratios".into(), (**ratios).clone());
     }
     if state.zone_quota_added_bytes != 0.0 {
         let total = server.disk_zone_quota_bytes.num() + state.zone_quota_added_bytes;
@@ -232,7 +232,7 @@ mod tests {
             json!({ A: "server.score === 0 && server.overprovision_ratios && server.overprovision_ratios.cpu === 4" }),
         );
         let mut req = f.request();
-        req.state[1].ratios = Some(Js::from_json(&json!({"cpu": 4, "ram": 1})));
+        req.state[1].ratios = Some(std::sync::Arc::new(Js::from_json(&json!({"cpu": 4, "ram": 1}))));
         let out = run_on(&mut req, &HardFilterOwnersServers);
         assert_eq!(out.remaining, [S1]);
         let out = run(&fixture(A, json!({ A: "server.unreserved_ram >= 1024 && server.reserved === false" })));

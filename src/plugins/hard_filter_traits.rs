@@ -98,7 +98,7 @@ fn merge<'a>(vm: &'a Js, image: &'a Js) -> Option<Cow<'a, Js>> {
                     merged.insert(key.into(), value);
                 }
             }
-            Some(Cow::Owned(Js::Obj(merged)))
+            Some(Cow::Owned(Js::obj(merged)))
         }
     }
 }

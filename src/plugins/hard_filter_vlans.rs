@@ -14,8 +14,6 @@
 //! The original names the group's last tag where it means the last offline one (and crashes
 //! when they differ); this names the last offline tag, which agrees wherever it did not crash.
 
-use std::collections::HashMap;
-
 use indexmap::IndexMap;
 
 use super::{Kind, Plugin, PluginError};
@@ -45,9 +43,10 @@ impl Plugin for HardFilterVlans {
             reasons.skip("No NIC Tag requirements to filter on");
             return Ok(servers.to_vec());
         };
+        let keys = tag_keys(&groups);
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
-            match check_server(req, id, &groups) {
+            match check_server(req, id, &groups, &keys) {
                 None => kept.push(id),
                 Some(why) => reasons.set(req.key(id), why),
             }
@@ -88,43 +87,52 @@ struct Carrier<'a> {
     status: &'a Js,
 }
 
-/// Tag (as `String(tag)`) → the last NIC, in sysinfo order, carrying it.
-type TagIndex<'a> = HashMap<String, Carrier<'a>>;
+/// A requested tag as compared (`String(tag)`).
+fn tag_keys(groups: &[Vec<Js>]) -> Vec<Vec<String>> {
+    groups.iter().map(|g| g.iter().map(Js::to_js_string).collect()).collect()
+}
 
-/// Indexes one NIC's tags as online (`Link Status` exactly `up`) or offline.
-fn index_nic<'a>(online: &mut TagIndex<'a>, offline: &mut TagIndex<'a>, carrier: Carrier<'a>, tags: &'a Js) {
-    let index = if carrier.status.as_str() == Some("up") { online } else { offline };
-    for tag in tags.as_arr().unwrap_or_default() {
-        index.insert(tag.to_js_string(), carrier);
+/// `String(v) === key`, without building the string for a string value.
+fn string_is(v: &Js, key: &str) -> bool {
+    match v {
+        Js::Str(s) => &**s == key,
+        other => other.to_js_string() == key,
     }
 }
 
 /// `None` when the server satisfies every group, else why not.
-fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>]) -> Option<String> {
+///
+/// A tag counts as online when any NIC whose link is exactly `up` carries it; otherwise the
+/// last NIC in sysinfo order (physical, then virtual) carrying it is the one named as down.
+fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>], keys: &[Vec<String>]) -> Option<String> {
     let sysinfo = req.server(id).sysinfo();
     if !sysinfo.network_interfaces.truthy() {
         return Some("Server missing interfaces in sysinfo".into());
     }
-    let (mut online, mut offline) = (TagIndex::new(), TagIndex::new());
-    for (name, nic) in entries(&sysinfo.network_interfaces) {
-        let carrier = Carrier { interface: name, status: &nic.link_status };
-        index_nic(&mut online, &mut offline, carrier, &nic.nic_names);
-    }
-    for (name, vnic) in entries(&sysinfo.virtual_network_interfaces) {
-        let carrier = Carrier { interface: name, status: &vnic.link_status };
-        index_nic(&mut online, &mut offline, carrier, &vnic.overlay_nic_tags);
-    }
-    for group in groups {
+    let physical = entries(&sysinfo.network_interfaces).map(|(name, nic)| (name, &nic.link_status, &nic.nic_names));
+    let virtual_nics = entries(&sysinfo.virtual_network_interfaces)
+        .map(|(name, vnic)| (name, &vnic.link_status, &vnic.overlay_nic_tags));
+    let nics: Vec<(&str, &Js, &Js)> = physical.chain(virtual_nics).collect();
+    for (group, group_keys) in groups.iter().zip(keys) {
         let mut last_offline = None;
         let mut satisfied = false;
-        for tag in group {
-            let key = tag.to_js_string();
-            if online.contains_key(&key) {
-                satisfied = true;
+        for key in group_keys {
+            let mut offline = None;
+            for &(interface, status, tags) in &nics {
+                if !tags.as_arr().unwrap_or_default().iter().any(|t| string_is(t, key)) {
+                    continue;
+                }
+                if status.as_str() == Some("up") {
+                    satisfied = true;
+                    break;
+                }
+                offline = Some(Carrier { interface, status });
+            }
+            if satisfied {
                 break;
             }
-            if let Some(carrier) = offline.get(&key) {
-                last_offline = Some((key, *carrier));
+            if let Some(carrier) = offline {
+                last_offline = Some((key, carrier));
             }
         }
         if satisfied {

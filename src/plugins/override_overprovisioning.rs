@@ -45,7 +45,7 @@ impl Plugin for OverrideOverprovisioning {
         );
         let ratios: JsObject =
             [("cpu", cpu), ("ram", ram), ("disk", disk)].into_iter().map(|(k, v)| (k.into(), Js::Num(v))).collect();
-        let ratios = Js::Obj(ratios);
+        let ratios = std::sync::Arc::new(Js::obj(ratios));
         for &id in servers {
             req.state[id].ratios = Some(ratios.clone());
         }

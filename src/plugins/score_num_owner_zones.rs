@@ -8,11 +8,10 @@
 
 use indexmap::IndexMap;
 
-use super::shared::js_sort::js_sort_by;
+use super::shared::js_sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::js::strict_eq;
 
 pub struct ScoreNumOwnerZones;
 
@@ -42,17 +41,14 @@ impl Plugin for ScoreNumOwnerZones {
         }
 
         let owner = &req.vm.owner_uuid;
-        let mut counts: Vec<(ServerId, u32)> = servers
-            .iter()
-            .map(|&id| (id, req.vms(id).filter(|(_, vm)| strict_eq(&vm.owner_uuid, owner)).count() as u32))
-            .collect();
+        let mut counts: Vec<(ServerId, u32)> = servers.iter().map(|&id| (id, req.vms_of(id, owner) as u32)).collect();
         // Per reasons key; a repeated key keeps the later server's count, as in the original.
         let mut found: IndexMap<String, u32> = IndexMap::new();
         for &(id, count) in &counts {
-            found.insert(req.key(id), count);
+            found.insert(req.key(id).to_string(), count);
         }
 
-        js_sort_by(&mut counts, |a, b| weight * (f64::from(a.1) - f64::from(b.1)));
+        js_sort_by_scaled(&mut counts, |c| f64::from(c.1), weight);
         let order: Vec<ServerId> = counts.iter().map(|&(id, _)| id).collect();
         linear(req, &order, weight.abs(), reasons)?;
 
@@ -175,7 +171,10 @@ mod tests {
             .vm(json!({"owner_uuid": OWNER, "brand": "joyent", "ram": 128}))
             .defaults(json!({"weight_num_owner_zones": 1}));
         let mut req = f.request();
-        let vm = crate::model::ServerVm { owner_uuid: crate::js::Js::str(OWNER), ..Default::default() };
+        let vm = crate::model::ServerVm::from(crate::model::FullVm {
+            owner_uuid: crate::js::Js::str(OWNER),
+            ..Default::default()
+        });
         req.state[1].ticket_vms.push(("t1".into(), vm.clone()));
         req.state[1].ticket_vms.push(("t2".into(), vm));
         let out = run_on(&mut req, &ScoreNumOwnerZones);

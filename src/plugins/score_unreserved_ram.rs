@@ -7,7 +7,7 @@
 //! Servers whose unreserved RAM was never calculated compare like the original's `undefined`
 //! (every difference with them is NaN, i.e. "equal" to the sort).
 
-use super::shared::js_sort::js_sort_by;
+use super::shared::js_sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId, Unreserved};
@@ -61,7 +61,7 @@ pub(crate) fn score_by_unreserved(
 ) -> Result<(), PluginError> {
     let read = |id: ServerId| req.state[id].unreserved.as_ref().map_or(f64::NAN, value);
     let mut order: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, read(id))).collect();
-    js_sort_by(&mut order, |a, b| weight * (a.1 - b.1));
+    js_sort_by_scaled(&mut order, |a| a.1, weight);
     let order: Vec<ServerId> = order.into_iter().map(|(id, _)| id).collect();
     linear(req, &order, weight.abs(), reasons)
 }

@@ -59,8 +59,7 @@ impl Plugin for SoftFilterLocalityHints {
 
 /// Keeps servers without any VM of the owner, unless there are none.
 fn spread_by_owner(req: &Request<'_>, servers: &[ServerId], reasons: &mut Reasons, owner: &str) -> Vec<ServerId> {
-    let (excluded, kept): (Vec<ServerId>, Vec<ServerId>) =
-        servers.iter().partition(|&&id| req.vms(id).any(|(_, vm)| vm.owner_uuid.as_str() == Some(owner)));
+    let (excluded, kept): (Vec<ServerId>, Vec<ServerId>) = servers.iter().partition(|&&id| req.hosts_vm_of(id, owner));
     if kept.is_empty() {
         reasons.all(format!("exclude: spread by owner{IGNORED_NON_STRICT}"));
         return servers.to_vec();

@@ -2,12 +2,11 @@
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
 use super::Plugin;
 use crate::engine::{Defaults, Reasons, Request, ServerId, ServerState};
-use crate::model::{Image, Package, Server, Ticket, VmPayload};
+use crate::model::{from_test_json, Image, Package, Server, Ticket, VmPayload};
 
 /// A valid CNAPI server (passes the server schema) with the given uuid, no VMs, 64 GiB of
 /// RAM, 32 cores, a 1 TiB pool. Adjust fields with [`with`].
@@ -71,9 +70,9 @@ pub fn versioned(uuid: &str, version: Option<&str>, platform: &str) -> Value {
 
 /// A request under test.
 pub struct Fixture {
-    pub servers: Vec<Server>,
+    pub servers: Vec<Server<'static>>,
     /// The servers' JSON, as a request body carries it.
-    pub raw_servers: Vec<Box<RawValue>>,
+    pub raw_servers: Vec<&'static str>,
     pub vm: VmPayload,
     pub image: Image,
     pub package: Option<Package>,
@@ -112,12 +111,10 @@ fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
 impl Fixture {
     /// Servers from JSON; the VM is `{}`-like with a brand and owner, CNAPI's defaults.
     pub fn new(servers: Vec<Value>) -> Fixture {
-        let raw_servers = servers
-            .iter()
-            .map(|s| serde_json::value::to_raw_value(s).unwrap_or_else(|e| panic!("test server JSON: {e}")))
-            .collect();
+        let raw_servers: Vec<&'static str> =
+            servers.iter().map(|s| &*Box::leak(s.to_string().into_boxed_str())).collect();
         Fixture {
-            servers: servers.into_iter().map(from).collect(),
+            servers: servers.iter().map(from_test_json).collect(),
             raw_servers,
             vm: from(
                 json!({"vm_uuid": "00000000-0000-0000-0000-0000000000aa", "owner_uuid": "00000000-0000-0000-0000-0000000000bb", "brand": "joyent", "ram": 1024}),
@@ -169,7 +166,7 @@ impl Fixture {
             &self.defaults,
             StdRng::seed_from_u64(1),
         );
-        req.raw_servers = self.raw_servers.iter().map(|r| &**r).collect();
+        req.raw_servers = &self.raw_servers;
         req
     }
 
@@ -198,5 +195,10 @@ pub fn run_on(req: &mut Request<'_>, plugin: &dyn Plugin) -> Outcome {
         Ok(ids) => ids,
         Err(e) => panic!("{} failed: {e}", plugin.name()),
     };
-    Outcome { remaining: ids.iter().map(|&id| req.key(id)).collect(), ids, reasons, state: req.state.clone() }
+    Outcome {
+        remaining: ids.iter().map(|&id| req.key(id).to_string()).collect(),
+        ids,
+        reasons,
+        state: req.state.clone(),
+    }
 }

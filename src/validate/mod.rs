@@ -26,7 +26,7 @@ pub use payload::{
     validate_platform_limits, validate_ticket, validate_tickets, validate_traits, validate_vm_extensions,
     validate_vm_payload,
 };
-pub use server::validate_server;
+pub use server::{plain_vm_is_valid, validate_server};
 
 /// One bad request field: `{field, code, message}` as CNAPI reported it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

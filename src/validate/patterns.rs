@@ -87,17 +87,28 @@ pub fn is_array_index(key: &str) -> bool {
 
 /// Calls `f` on the entries of `map` in JS enumeration order (`Object.keys`, `for…in`) and
 /// returns the first `Some`. Allocates only when the map has array-index keys.
-pub fn first_in_js_order<V, R>(map: &IndexMap<Box<str>, V>, mut f: impl FnMut(&str, &V) -> Option<R>) -> Option<R> {
-    if !map.keys().any(|k| is_array_index(k)) {
-        return map.iter().find_map(|(k, v)| f(k, v));
+pub fn first_in_js_order<V, R>(map: &IndexMap<Box<str>, V>, f: impl FnMut(&str, &V) -> Option<R>) -> Option<R> {
+    first_of_entries_in_js_order(map.iter().map(|(k, v)| (&**k, v)), f)
+}
+
+/// [`first_in_js_order`] over any map's entries, given in insertion order.
+pub fn first_of_entries_in_js_order<'m, V: 'm, R>(
+    entries: impl Iterator<Item = (&'m str, &'m V)> + Clone,
+    mut f: impl FnMut(&str, &V) -> Option<R>,
+) -> Option<R> {
+    if !entries.clone().any(|(k, _)| is_array_index(k)) {
+        return entries.into_iter().find_map(|(k, v)| f(k, v));
     }
-    let mut indexed: Vec<(u64, &str, &V)> =
-        map.iter().filter(|(k, _)| is_array_index(k)).map(|(k, v)| (k.parse::<u64>().unwrap_or(0), &**k, v)).collect();
+    let mut indexed: Vec<(u64, &str, &V)> = entries
+        .clone()
+        .filter(|(k, _)| is_array_index(k))
+        .map(|(k, v)| (k.parse::<u64>().unwrap_or(0), k, v))
+        .collect();
     indexed.sort_by_key(|e| e.0);
     indexed
         .into_iter()
         .map(|(_, k, v)| (k, v))
-        .chain(map.iter().filter(|(k, _)| !is_array_index(k)).map(|(k, v)| (&**k, v)))
+        .chain(entries.filter(|(k, _)| !is_array_index(k)))
         .find_map(|(k, v)| f(k, v))
 }
 

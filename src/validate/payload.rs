@@ -101,7 +101,7 @@ pub fn validate_platform_limits(value: &Js, path: &str) -> Option<String> {
     if platforms.keys().any(|k| is_array_index(k)) {
         return Some(format!(r#""{path}" contains an invalid SDC version"#));
     }
-    for (version, stamp) in platforms {
+    for (version, stamp) in platforms.iter() {
         if !is_sdc_version(version) {
             return Some(format!(r#""{path}" contains an invalid SDC version"#));
         }

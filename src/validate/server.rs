@@ -7,9 +7,9 @@
 //! `overprovision_ratios` are visited in JS enumeration order.
 
 use crate::js::{Js, JsObject};
-use crate::model::{Nic, Server, ServerVm, Shape, Sysinfo};
+use crate::model::{Nic, PlainVm, Server, ServerVm, Shape, Sysinfo};
 
-use super::patterns::first_in_js_order;
+use super::patterns::{first_in_js_order, first_of_entries_in_js_order};
 use super::schema::{self, property, Leaf, Pattern, Ty};
 
 const UUID: Leaf = Leaf::of(Ty::String).required().pattern(Pattern::Uuid);
@@ -84,7 +84,9 @@ pub fn validate_server(s: &Server) -> Option<String> {
     }
     match schema::shape(&s.vms, false) {
         Err(reason) => Some(property("vms", &reason)),
-        Ok(Some(vms)) => first_in_js_order(vms, validate_vm),
+        // Plain VMs passed these checks when they were read.
+        Ok(Some(vms)) if vms.all_plain() => None,
+        Ok(Some(vms)) => first_of_entries_in_js_order(vms.iter(), validate_vm),
         Ok(None) => None,
     }
 }
@@ -159,11 +161,24 @@ fn validate_nic(name: &str, nic: &Shape<Nic>) -> Option<String> {
     }
 }
 
+/// Whether a VM's ordinary fields pass the VM checks below, so that the VM can be held as
+/// a [`PlainVm`] (whose check is then a no-op). Absent numbers are NaN.
+pub fn plain_vm_is_valid(vm: &PlainVm<'_>) -> bool {
+    let number = |n: f64| if n.is_nan() { Js::Undefined } else { Js::Num(n) };
+    super::patterns::is_uuid(vm.owner_uuid)
+        && !vm.state.is_empty()
+        && VM_MAX_PHYSICAL_MEMORY.check(&number(vm.max_physical_memory_mib)).is_none()
+        && VM_QUOTA.check(&number(vm.quota_gib)).is_none()
+        && VM_CPU_CAP.check(&number(vm.cpu_cap_pct)).is_none()
+}
+
 fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
     let vm = match schema::shape(vm, false) {
         Err(reason) => return Some(property(&format!("vms.{key}"), &reason)),
         Ok(None) => return None,
-        Ok(Some(vm)) => vm,
+        // Plain VMs passed these checks when they were read.
+        Ok(Some(ServerVm::Plain(_))) => return None,
+        Ok(Some(ServerVm::Full(vm))) => vm,
     };
     let fields: [(&str, &Js, Leaf); 5] = [
         ("owner_uuid", &vm.owner_uuid, UUID),

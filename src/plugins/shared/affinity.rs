@@ -116,7 +116,7 @@ impl DerivedLocality {
         if !self.far.is_empty() {
             obj.insert("far".into(), list(&self.far));
         }
-        Js::Obj(obj)
+        Js::obj(obj)
     }
 }
 
@@ -464,7 +464,7 @@ mod tests {
     const DOCKER_UUID: &str = "97ed62d4-dc30-d1f5-3b90-3dac1e90c8fe";
 
     fn index(vms: serde_json::Value) -> VmIndex {
-        let servers: Vec<Server> = serde_json::from_value(json!([{"uuid": "s1", "vms": vms}])).expect("servers");
+        let servers: Vec<Server> = crate::model::from_test_json(&json!([{"uuid": "s1", "vms": vms}]));
         VmIndex::build(&servers)
     }
 

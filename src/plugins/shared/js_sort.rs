@@ -21,6 +21,33 @@ pub fn js_sort_by<T: Copy>(items: &mut [T], cmp: impl FnMut(&T, &T) -> f64) {
     sorter.sort();
 }
 
+/// `items.sort((a, b) => weight * (key(a) - key(b)))` as the JS engine performs it.
+///
+/// When every key is finite and the weight cannot shrink a difference to zero (|weight| ≥ 1,
+/// infinite, zero or NaN), the comparator is consistent, and TimSort yields the one stable
+/// order: a library stable sort gives the same result faster. Otherwise the engine's exact
+/// sequence of comparisons is replayed.
+pub fn js_sort_by_scaled<T: Copy>(items: &mut [T], key: impl Fn(&T) -> f64, weight: f64) {
+    if !items.iter().all(|x| key(x).is_finite()) {
+        js_sort_by(items, |a, b| weight * (key(a) - key(b)));
+        return;
+    }
+    if weight.is_nan() || weight == 0.0 {
+        // Every comparison is NaN or zero: "equal", so the order stays.
+        return;
+    }
+    if weight.abs() < 1.0 {
+        js_sort_by(items, |a, b| weight * (key(a) - key(b)));
+        return;
+    }
+    let ascending = |a: &T, b: &T| key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal);
+    if weight > 0.0 {
+        items.sort_by(ascending);
+    } else {
+        items.sort_by(|a, b| ascending(b, a));
+    }
+}
+
 /// How a merge ended: everything placed but what is left in the temporary copy, or one
 /// element of the copied run left that belongs at the far end.
 enum MergeEnd {
@@ -507,6 +534,42 @@ mod tests {
         let mut v = v.to_vec();
         js_sort_by(&mut v, |a, b| a - b);
         format!("{v:?}")
+    }
+
+    #[test]
+    fn the_scaled_sort_agrees_with_the_engine() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..400 {
+            let n = (next() % 300) as usize;
+            let keys: Vec<(usize, f64)> = (0..n)
+                .map(|i| {
+                    let r = next();
+                    let k = match r % 7 {
+                        0 => -0.0,
+                        1 => 0.0,
+                        2 => (r % 5) as f64,
+                        3 if round % 5 == 0 => f64::NAN,
+                        4 if round % 7 == 0 => f64::INFINITY,
+                        _ => (r % 100_000) as f64 / 8.0 - 3000.0,
+                    };
+                    (i, k)
+                })
+                .collect();
+            for weight in [1.0, -1.0, 2.0, -3.5, 0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.5, -1e-300] {
+                let mut expected = keys.clone();
+                js_sort_by(&mut expected, |a, b| weight * (a.1 - b.1));
+                let mut got = keys.clone();
+                js_sort_by_scaled(&mut got, |k| k.1, weight);
+                let ids = |v: &[(usize, f64)]| v.iter().map(|k| k.0).collect::<Vec<_>>();
+                assert_eq!(ids(&got), ids(&expected), "weight {weight}, round {round}");
+            }
+        }
     }
 
     #[test]

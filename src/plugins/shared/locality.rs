@@ -64,7 +64,7 @@ pub fn norm_near_far(value: &Js, name: &str) -> Result<Vec<String>, PluginError>
 
 /// Whether the server hosts VM `uuid` and it belongs to `owner` (inline or ticketed VMs).
 pub fn hosts_owned(req: &Request<'_>, id: ServerId, uuid: &str, owner: &str) -> bool {
-    req.vm_on(id, uuid).is_some_and(|vm| vm.owner_uuid.as_str() == Some(owner))
+    req.vm_on(id, uuid).is_some_and(|vm| vm.owner_uuid().as_str() == Some(owner))
 }
 
 /// Removes servers hosting any `far` VM of the owner, with reason `exclude: inst!=<uuid>`
@@ -86,9 +86,7 @@ pub fn filter_far(
         }
     }
     if !strict && kept.is_empty() {
-        for msg in reasons.values_mut() {
-            msg.push_str(IGNORED_NON_STRICT);
-        }
+        reasons.append_to_all(IGNORED_NON_STRICT);
         return servers.to_vec();
     }
     kept

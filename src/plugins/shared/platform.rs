@@ -78,7 +78,7 @@ impl PlatformMap {
 
     /// `JSON.stringify` of the cleaned map.
     pub fn json(&self) -> String {
-        Js::Obj(self.map.clone()).stringify()
+        Js::obj(self.map.clone()).stringify()
     }
 
     /// `map[String(version)]` (`undefined` when absent).
@@ -217,7 +217,7 @@ mod tests {
         let all: Vec<ServerId> = (0..req.servers.len()).collect();
         let mut reasons = Reasons::default();
         let kept = check(&req, m, &all, "Image", &mut reasons);
-        (kept.iter().map(|&id| req.key(id)).collect(), reasons)
+        (kept.iter().map(|&id| req.key(id).to_string()).collect(), reasons)
     }
 
     #[test]

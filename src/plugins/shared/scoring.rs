@@ -9,8 +9,8 @@
 //! score here is an internal error (it cannot happen while all weights are filled in, which
 //! `Defaults` guarantees).
 
-use crate::engine::{Reasons, Request, ServerId};
-use crate::js::{to_fixed2, Js};
+use crate::engine::{Msg, Reasons, Request, ServerId};
+use crate::js::Js;
 use crate::plugins::PluginError;
 
 /// The deprecated spread in force: the package's `alloc_server_spread` if truthy, else
@@ -50,7 +50,7 @@ pub fn weight_or_spread(
 fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons) {
     let score = req.state[id].score + delta;
     req.state[id].score = score;
-    reasons.set(req.key(id), format!("increased score by {} to {}", to_fixed2(delta), to_fixed2(score)));
+    reasons.set(req.key(id), Msg::Score { delta, total: score });
 }
 
 /// The original's "score must be a number" assertion, as an internal error.

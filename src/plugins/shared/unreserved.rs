@@ -8,8 +8,8 @@
 //! it did.
 
 use crate::engine::{Request, ServerId, Unreserved};
-use crate::js::{js_add, js_min, Js, JsObject};
-use crate::model::{ServerVm, Shape};
+use crate::js::{js_add, js_min, Js, JsObject, JsRef};
+use crate::model::Shape;
 
 pub const MIB: f64 = 1_048_576.0;
 pub const GIB: f64 = 1_073_741_824.0;
@@ -24,12 +24,12 @@ const KVM_EXTRA_BYTES: f64 = 10.0 * GIB;
 pub fn default_ratios() -> Js {
     let ratios: JsObject =
         [("ram", 1.0), ("disk", 1.0), ("cpu", 4.0)].into_iter().map(|(k, v)| (k.into(), Js::Num(v))).collect();
-    Js::Obj(ratios)
+    Js::obj(ratios)
 }
 
 /// HVM brands: their memory is never overprovisioned and they carry zvols.
-pub fn is_hvm_brand(brand: &Js) -> bool {
-    matches!(brand.as_str(), Some("bhyve" | "kvm"))
+pub fn is_hvm_brand<'v>(brand: impl Into<JsRef<'v>>) -> bool {
+    matches!(brand.into().as_str(), Some("bhyve" | "kvm"))
 }
 
 /// `ratio || 1`: a missing, zero or NaN ratio means full accounting.
@@ -39,6 +39,71 @@ pub fn ratio_or_one(ratio: &Js) -> f64 {
     } else {
         1.0
     }
+}
+
+/// `x - a₁/r₁ - a₂/r₂ - …` taken left to right, for whole numbers `a ≥ 0` given as
+/// `(Σa, r)` per divisor, when no step of that sequence rounds, whatever the order of the
+/// terms; `None` when that cannot be shown (then the caller takes the steps one by one).
+///
+/// With every divisor a power of two, every term and `x` are multiples of the smallest of
+/// their lowest bits, `2^q`, and each partial result lies between `x` and the final one
+/// (the terms are ≥ 0); below 2^53 units of `2^q` all of them are doubles, so each step is
+/// exact and the result is the exact one, computed here in integers.
+pub fn exact_subtract(x: f64, terms: &[(u128, f64)]) -> Option<f64> {
+    if !x.is_finite() || terms.len() > 2 {
+        return None;
+    }
+    if terms.iter().all(|&(sum, _)| sum == 0) {
+        // Taking away zeros leaves `x` as it is (-0 included).
+        return Some(x);
+    }
+    // The exponent of each divisor's reciprocal (r = 2^-k).
+    let mut ks = [0i32; 2];
+    for (k, &(_, r)) in ks.iter_mut().zip(terms) {
+        *k = -power_of_two(r)?;
+    }
+    let (x_units, x_q) = units(x);
+    let q = ks[..terms.len()].iter().copied().fold(x_q.unwrap_or(i32::MAX), i32::min);
+    if !(-1000..=1000).contains(&q) {
+        return None;
+    }
+    let scale = |from: i32| u32::try_from(from - q).ok().filter(|&s| s < 60).map(|s| 1i128 << s);
+    let mut total: i128 = 0;
+    for (&(sum, _), &k) in terms.iter().zip(&ks) {
+        total = total.checked_add(i128::try_from(sum).ok()?.checked_mul(scale(k)?)?)?;
+    }
+    let start = match x_q {
+        Some(x_q) => x_units.checked_mul(scale(x_q)?)?,
+        None => 0,
+    };
+    let end = start.checked_sub(total)?;
+    const LIMIT: i128 = 1 << 53;
+    if start.abs() >= LIMIT || end.abs() >= LIMIT {
+        return None;
+    }
+    // Exact: |end| < 2^53 and 2^q is a normal double.
+    Some(end as f64 * f64::from_bits(((q + 1023) as u64) << 52))
+}
+
+/// `k` when `r` is exactly `2^k` (a normal double).
+fn power_of_two(r: f64) -> Option<i32> {
+    let bits = r.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    (r > 0.0 && bits & ((1 << 52) - 1) == 0 && exp != 0 && exp != 0x7ff).then_some(exp - 1023)
+}
+
+/// `x` as `units × 2^q` with `units` odd; `q` is `None` for zero.
+fn units(x: f64) -> (i128, Option<i32>) {
+    if x == 0.0 {
+        return (0, None);
+    }
+    let bits = x.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mantissa, e) = if exp == 0 { (fraction, -1074) } else { (fraction | 1 << 52, exp - 1075) };
+    let tz = mantissa.trailing_zeros();
+    let m = i128::from(mantissa >> tz);
+    (if x < 0.0 { -m } else { m }, Some(e + tz as i32))
 }
 
 /// A byte count the ticketed VMs added to: unchanged when nothing was added (so its JS type
@@ -71,25 +136,39 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
         sysinfo.cpu_online_count.num() * 100.0
     };
     let mut ram = server.memory_total_bytes.num() / MIB * (1.0 - server.reservation_ratio.num());
-    let disk = disk_mib(req, id, ratios);
 
     let rc = ratio_or_one(ratios.get("cpu"));
     let rr = ratio_or_one(ratios.get("ram"));
-    for (_, vm) in req.vms(id) {
-        let failed = vm.state.as_str() == Some("failed");
-        if vm.cpu_cap_pct.truthy() {
-            if !failed {
-                cpu -= vm.cpu_cap_pct.num() / rc;
-            }
-        } else {
-            // An uncapped VM may use every CPU: nothing is left, whatever came before.
-            cpu = 0.0;
+    let mut kvms = 0usize;
+    // The inline VMs in one go when their sums give exactly what the steps would.
+    let summary = server.vm_summary();
+    let start = if summary.reset { 0.0 } else { cpu };
+    let cpu_sum = summary.cap_sum.and_then(|sum| exact_subtract(start, &[(sum, rc)]));
+    let ram_sum = summary.ram_sums.and_then(|(hvm, other)| exact_subtract(ram, &[(hvm, 1.0), (other, rr)]));
+    let inline = match (cpu_sum, ram_sum) {
+        (Some(c), Some(r)) => {
+            (cpu, ram) = (c, r);
+            kvms = summary.kvm_count as usize;
+            0
         }
-        if !failed {
-            let promised = vm.max_physical_memory_mib.num();
-            ram -= if is_hvm_brand(&vm.brand) { promised } else { promised / rr };
+        _ => server.inline_vm_count(),
+    };
+    let ticketed = req.state[id].ticket_vms.iter().map(|(_, vm)| vm);
+    for vm in (0..inline).map(|i| server.inline_vm_at(i)).chain(ticketed) {
+        let load = vm.load();
+        // Only `kvm` gets the disk allowance; bhyve zvols live inside the zone quota.
+        kvms += usize::from(load.kvm);
+        match load.cpu_cap {
+            Some(cap) if !load.failed => cpu -= cap / rc,
+            Some(_) => {}
+            // An uncapped VM may use every CPU: nothing is left, whatever came before.
+            None => cpu = 0.0,
+        }
+        if !load.failed {
+            ram -= if load.hvm { load.ram_mib } else { load.ram_mib / rr };
         }
     }
+    let disk = disk_mib(req, id, ratios, kvms as f64);
 
     // The original returns before flooring when `vms` is falsy yet enumerable (0, false, "").
     let unfloored = matches!(&server.vms, Shape::Other(v) if !v.truthy() && !matches!(v, Js::Null))
@@ -104,7 +183,7 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
 /// Unreserved disk in MiB (floored): usable pool minus system, images, cores, zvols (plus a
 /// KVM allowance), used zone quota and overprovisioned unused zone quota, capped at the
 /// pool's actual free space.
-fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
+fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js, kvms: f64) -> f64 {
     let s = req.server(id);
     let state = &req.state[id];
     let usable = s.disk_pool_size_bytes.num() * POOL_USABLE_RATIO;
@@ -113,7 +192,6 @@ fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
         - s.disk_installed_images_used_bytes.num()
         - s.disk_cores_quota_used_bytes.num();
 
-    let kvms = req.vms(id).filter(|(_, vm)| is_kvm(vm)).count() as f64;
     let zvols = with_added(&s.disk_kvm_zvol_volsize_bytes, state.kvm_zvol_added_bytes);
     // (Exact: counts times 10 GiB stay far below 2^53.)
     unreserved -= js_add(&zvols, &Js::Num(kvms * KVM_EXTRA_BYTES)).num();
@@ -127,7 +205,54 @@ fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js) -> f64 {
     (js_min(unreserved, pool_free) / MIB).floor()
 }
 
-/// Only `kvm` gets the extra allowance; bhyve zvols live inside the zone quota.
-fn is_kvm(vm: &ServerVm) -> bool {
-    vm.brand.as_str() == Some("kvm")
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whenever the sums are taken in one go, they give what the steps give, in any order.
+    #[test]
+    fn sums_in_one_go_equal_the_steps() {
+        let mut state = 0x853c_49e6_748f_ea9b_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut taken = 0;
+        for round in 0..20_000 {
+            let x = match round % 6 {
+                0 => (next() % 10_000) as f64 * 100.0,
+                1 => (next() % 1_000_000) as f64 / 1048576.0 * 0.85,
+                2 => 274877906944.0 / MIB * (1.0 - 0.15),
+                3 => -((next() % 1000) as f64) / 3.0,
+                4 => 0.0,
+                _ => f64::from_bits(next() % (1 << 62)),
+            };
+            let divisors = [1.0, 4.0, 0.5, 2.0, 3.0, 1.5, 1024.0];
+            let (r1, r2) = (divisors[(next() % 7) as usize], divisors[(next() % 7) as usize]);
+            let n = (next() % 40) as usize;
+            let terms: Vec<(u64, bool)> = (0..n)
+                .map(|_| {
+                    let a = match next() % 5 {
+                        0 => next() % 4,
+                        1 => next() % 100_000,
+                        2 => next() % (1 << 53),
+                        _ => next() % 4096,
+                    };
+                    (a, next() % 2 == 0)
+                })
+                .collect();
+            let mut stepped = x;
+            for &(a, first) in &terms {
+                stepped -= if first { a as f64 / r1 } else { a as f64 / r2 };
+            }
+            let sum = |first: bool| terms.iter().filter(|t| t.1 == first).map(|t| u128::from(t.0)).sum::<u128>();
+            if let Some(got) = exact_subtract(x, &[(sum(true), r1), (sum(false), r2)]) {
+                taken += 1;
+                assert_eq!(got.to_bits(), stepped.to_bits(), "x {x:e}, r {r1} {r2}, terms {terms:?}");
+            }
+        }
+        assert!(taken > 1000, "the one-go path was taken {taken} times");
+    }
 }

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 
 use crate::engine::ServerId;
-use crate::js::{Js, JsObject};
+use crate::js::{Js, JsObject, JsRef};
 use crate::model::Server;
 
 /// One VM as the look-ups see it.
@@ -65,7 +65,7 @@ impl IndexedVm {
     /// stay `undefined` and so vanish from JSON).
     pub fn project(&self, fields: &[&str]) -> Js {
         let obj: JsObject = fields.iter().map(|&f| (f.into(), self.field(f))).collect();
-        Js::Obj(obj)
+        Js::obj(obj)
     }
 
     fn owned_by(&self, owner: &str) -> bool {
@@ -189,24 +189,24 @@ pub struct VmIndex {
 impl VmIndex {
     pub fn build(servers: &[Server]) -> VmIndex {
         let mut index = VmIndex::default();
-        let or_empty = |v: &Js| if v.is_undefined() { Js::Obj(JsObject::new()) } else { v.clone() };
+        let or_empty = |v: JsRef| if v.is_undefined() { Js::obj(JsObject::new()) } else { v.to_js() };
         for (server, s) in servers.iter().enumerate() {
             for (uuid, vm) in s.inline_vms() {
                 let at = index.vms.len();
                 index.by_uuid.entry(uuid.into()).or_insert(at);
-                if let Some(owner) = vm.owner_uuid.as_str() {
+                if let Some(owner) = vm.owner_uuid().as_str() {
                     index.by_owner.entry(owner.into()).or_default().push(at);
                 }
                 index.vms.push(IndexedVm {
                     uuid: uuid.into(),
                     server,
                     server_uuid: s.uuid.clone(),
-                    owner_uuid: vm.owner_uuid.clone(),
-                    alias: vm.alias.clone(),
-                    state: vm.state.clone(),
-                    tags: or_empty(&vm.tags),
-                    internal_metadata: or_empty(&vm.internal_metadata),
-                    docker: vm.docker.clone(),
+                    owner_uuid: vm.owner_uuid().to_js(),
+                    alias: vm.alias().to_js(),
+                    state: vm.state().to_js(),
+                    tags: or_empty(vm.tags()),
+                    internal_metadata: or_empty(vm.internal_metadata()),
+                    docker: vm.docker().to_js(),
                 });
             }
         }
@@ -253,11 +253,11 @@ mod tests {
     const OWNER: &str = "00000000-0000-0000-0000-0000000000bb";
     const OTHER: &str = "00000000-0000-0000-0000-0000000000cc";
 
-    fn servers(v: serde_json::Value) -> Vec<Server> {
-        serde_json::from_value(v).expect("test servers")
+    fn servers(v: serde_json::Value) -> Vec<Server<'static>> {
+        crate::model::from_test_json(&v)
     }
 
-    fn sample() -> Vec<Server> {
+    fn sample() -> Vec<Server<'static>> {
         servers(json!([
             {"uuid": "s1", "vms": {
                 "v1": {"owner_uuid": OWNER, "alias": "web1", "state": "running", "tags": {"role": "web", "n": 2}},
