@@ -213,6 +213,7 @@ fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
     post,
     tag = "dapi",
     path = "/allocate",
+    params(("steps" = Option<String>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters.")),
     request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "A server was chosen", body = super::openapi::AllocateResponse),

@@ -32,12 +32,17 @@ pub struct AllocateRequest {
     pub seed: Option<u64>,
 }
 
-/// One plugin run (or `Received by DAPI`, first).
+/// One plugin run (or `Received by DAPI`, first). The default (`steps=full`, CNAPI's format)
+/// has `remaining`; `steps=removed` has `removed` and `remaining_count` instead.
 #[derive(Serialize, ToSchema)]
 pub struct StepDoc {
     pub step: String,
-    /// Uuids of the servers left after this step, in order.
-    pub remaining: Vec<Option<String>>,
+    /// Uuids of the servers left after this step, in order (`steps=full`).
+    pub remaining: Option<Vec<Option<String>>>,
+    /// Uuids of the servers this step was given and did not pass on (`steps=removed`).
+    pub removed: Option<Vec<Option<String>>>,
+    /// How many servers are left after this step (`steps=removed`).
+    pub remaining_count: Option<u64>,
     /// Server uuid, `skip` or `*` → message; absent when empty.
     pub reasons: Option<BTreeMap<String, String>>,
 }
