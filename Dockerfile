@@ -4,6 +4,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY config ./config
+COPY benches ./benches
 RUN cargo build --release --locked
 
 # Runtime stage: just the binary, run as an unprivileged user.

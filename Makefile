@@ -2,7 +2,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: build run test lint conformance openapi bench docker clean
+.PHONY: build run test lint conformance openapi bench load soak docker clean
 
 build:
 	$(CARGO) build --release
@@ -29,6 +29,12 @@ openapi:
 # under target/bench/. BENCH_SIZES=50,500 narrows it; BENCH_SECONDS sets the time per figure.
 bench:
 	BENCH_SHARED=$(abspath $(SHARED)) $(CARGO) bench --bench allocate
+
+load:
+	sh scripts/load.sh
+
+soak: build
+	python3 scripts/soak.py --minutes 3
 
 docker:
 	docker build -t dapi .
