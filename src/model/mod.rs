@@ -6,6 +6,7 @@
 //! plugins apply JS coercion through [`crate::js`]. Wire names that do not carry a unit get
 //! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored.
 
+mod cursor;
 mod request;
 mod shape;
 mod vms;

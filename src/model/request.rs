@@ -8,7 +8,8 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::{Image, Package, Server, Ticket, VmPayload};
+use super::cursor::Cursor;
+use super::{Image, Package, Server, Ticket, VmMap, VmPayload};
 use crate::js::Js;
 use crate::validate::FieldError;
 
@@ -136,51 +137,75 @@ enum ServersMember<'a> {
     NotArray,
 }
 
-/// A cursor over the body text. The top-level object and the servers array are walked here
-/// so that each server is read once, straight into its typed form, while its text is
-/// remembered; every value itself is read by serde_json from the cursor's position.
-struct Cursor<'a> {
-    text: &'a str,
-    pos: usize,
-}
-
+/// The top-level object and the servers array are walked with a [`Cursor`] so that each
+/// server is read once, straight into its typed form, while its text is remembered.
 impl<'a> Cursor<'a> {
-    fn peek(&mut self) -> Option<u8> {
-        let bytes = self.text.as_bytes();
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.pos) {
-            self.pos += 1;
-        }
-        bytes.get(self.pos).copied()
-    }
-
-    fn eat(&mut self, b: u8) -> bool {
-        let found = self.peek() == Some(b);
-        self.pos += usize::from(found);
-        found
-    }
-
-    fn expect(&mut self, b: u8) -> serde_json::Result<()> {
-        if self.eat(b) {
-            Ok(())
-        } else {
-            Err(serde::de::Error::custom(format!("expected `{}` at byte {}", b as char, self.pos)))
-        }
-    }
-
-    /// Reads the JSON value at the cursor, returning it and its text. On error the cursor
-    /// stays at the value's start.
-    fn value<T: Deserialize<'a>>(&mut self) -> serde_json::Result<(T, &'a str)> {
+    /// The server object at the cursor and its text: read field by field with the fast
+    /// readers where they apply; a server they give up on is read again by serde_json
+    /// (which also words any error).
+    fn server(&mut self) -> serde_json::Result<(Server<'a>, &'a str)> {
         self.peek();
-        let rest = &self.text[self.pos..];
-        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<T>();
-        match stream.next() {
-            Some(Ok(v)) => {
-                let end = stream.byte_offset();
-                self.pos += end;
-                Ok((v, &rest[..end]))
+        let start = self.pos;
+        if let Some(server) = self.server_fast() {
+            return Ok((server, &self.text[start..self.pos]));
+        }
+        self.pos = start;
+        self.value::<Server>()
+    }
+
+    fn server_fast(&mut self) -> Option<Server<'a>> {
+        if !self.eat(b'{') {
+            return None;
+        }
+        let mut s = Server::default();
+        let mut seen = 0u32;
+        if self.eat(b'}') {
+            return Some(s);
+        }
+        loop {
+            let key = self.key()?;
+            let bit = SERVER_FIELDS.iter().position(|&f| f == key);
+            if let Some(bit) = bit {
+                // A repeated field is an error serde_json reports.
+                if seen & (1 << bit) != 0 {
+                    return None;
+                }
+                seen |= 1 << bit;
             }
-            Some(Err(e)) => Err(e),
-            None => Err(serde::de::Error::custom("unexpected end of input")),
+            match key {
+                "uuid" => s.uuid = self.js().ok()?,
+                "status" => s.status = self.js().ok()?,
+                "setup" => s.setup = self.js().ok()?,
+                "reserved" => s.reserved = self.js().ok()?,
+                "reservoir" => s.reservoir = self.js().ok()?,
+                "headnode" => s.headnode = self.js().ok()?,
+                "traits" => s.traits = self.js().ok()?,
+                "current_platform" => s.current_platform = self.js().ok()?,
+                "next_reboot" => s.next_reboot = self.js().ok()?,
+                "last_boot" => s.last_boot = self.js().ok()?,
+                "memory_available_bytes" => s.memory_available_bytes = self.js().ok()?,
+                "memory_total_bytes" => s.memory_total_bytes = self.js().ok()?,
+                "reservation_ratio" => s.reservation_ratio = self.js().ok()?,
+                "disk_pool_size_bytes" => s.disk_pool_size_bytes = self.js().ok()?,
+                "disk_pool_alloc_bytes" => s.disk_pool_alloc_bytes = self.js().ok()?,
+                "disk_system_used_bytes" => s.disk_system_used_bytes = self.js().ok()?,
+                "disk_installed_images_used_bytes" => s.disk_installed_images_used_bytes = self.js().ok()?,
+                "disk_cores_quota_used_bytes" => s.disk_cores_quota_used_bytes = self.js().ok()?,
+                "disk_zone_quota_bytes" => s.disk_zone_quota_bytes = self.js().ok()?,
+                "disk_zone_quota_used_bytes" => s.disk_zone_quota_used_bytes = self.js().ok()?,
+                "disk_kvm_quota_bytes" => s.disk_kvm_quota_bytes = self.js().ok()?,
+                "disk_kvm_zvol_volsize_bytes" => s.disk_kvm_zvol_volsize_bytes = self.js().ok()?,
+                "overprovision_ratios" => s.overprovision_ratios = self.js().ok()?,
+                "sysinfo" => s.sysinfo = self.value().ok()?.0,
+                "vms" => s.vms = VmMap::read(self).ok()?,
+                _ => self.skip().ok()?,
+            }
+            if self.eat(b'}') {
+                return Some(s);
+            }
+            if !self.eat(b',') {
+                return None;
+            }
         }
     }
 
@@ -195,7 +220,7 @@ impl<'a> Cursor<'a> {
             }
             let field = || format!("servers[{i}]");
             if self.peek() == Some(b'{') {
-                match self.value::<Server>() {
+                match self.server() {
                     Ok((server, raw)) => {
                         raws.push(raw);
                         servers.push(server);
@@ -280,12 +305,42 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
     Some(tickets)
 }
 
+/// The fields of [`Server`] as the fast reader dispatches them (checked against serde's
+/// list in a test).
+const SERVER_FIELDS: [&str; 25] = [
+    "uuid",
+    "status",
+    "setup",
+    "reserved",
+    "reservoir",
+    "headnode",
+    "traits",
+    "current_platform",
+    "next_reboot",
+    "last_boot",
+    "memory_available_bytes",
+    "memory_total_bytes",
+    "reservation_ratio",
+    "disk_pool_size_bytes",
+    "disk_pool_alloc_bytes",
+    "disk_system_used_bytes",
+    "disk_installed_images_used_bytes",
+    "disk_cores_quota_used_bytes",
+    "disk_zone_quota_bytes",
+    "disk_zone_quota_used_bytes",
+    "disk_kvm_quota_bytes",
+    "disk_kvm_zvol_volsize_bytes",
+    "overprovision_ratios",
+    "sysinfo",
+    "vms",
+];
+
 /// Reads a `POST /allocate` body: `{servers, vm, image|img, package|pkg?, tickets?,
 /// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
     let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
-    let (top, servers_member) = Cursor { text, pos: 0 }.allocate_body().map_err(|e| malformed(body, e))?;
+    let (top, servers_member) = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
     let get = |names: &[&str]| names.iter().find_map(|n| top.get(*n).copied());
     let mut errors = Vec::new();
 
@@ -392,8 +447,102 @@ pub fn parse_capacity_body(body: &[u8]) -> Result<(Vec<&str>, Vec<Server<'_>>), 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The field list a derived reader passes to `deserialize_struct`.
+    pub(crate) fn serde_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+        struct Probe;
+        #[derive(Debug)]
+        struct Fields(&'static [&'static str]);
+        impl std::fmt::Display for Fields {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{:?}", self.0)
+            }
+        }
+        impl std::error::Error for Fields {}
+        impl serde::de::Error for Fields {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Fields(&[])
+            }
+        }
+        impl<'de> serde::Deserializer<'de> for Probe {
+            type Error = Fields;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Fields> {
+                Err(Fields(&[]))
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Fields> {
+                Err(Fields(fields))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+                unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+            }
+        }
+        match T::deserialize(Probe) {
+            Err(Fields(fields)) => fields,
+            Ok(_) => &[],
+        }
+    }
+
+    #[test]
+    fn the_fast_reader_knows_every_server_field() {
+        assert_eq!(serde_fields::<Server>(), SERVER_FIELDS);
+    }
+
+    /// Servers of every odd shape: read field by field (with fallbacks), they come out as
+    /// serde_json reads them, or the fast reader gives up and serde_json reads them.
+    #[test]
+    fn fast_and_serde_readers_agree() {
+        let owner = "930896af-bf8c-48d4-885c-6573a94b1853";
+        let vm = |extra: &str| {
+            format!(r#"{{"uuid":"v","owner_uuid":"{owner}","state":"running","max_physical_memory":512{extra}}}"#)
+        };
+        let vms = [
+            format!(r#"{{"a":{}}}"#, vm("")),
+            format!(
+                r#"{{"a":{}, "b": {}}}"#,
+                vm(r#","quota":10,"cpu_cap":100,"brand":"lx","alias":"x""#),
+                vm(r#","last_modified":"2022""#)
+            ),
+            format!(r#"{{"a":{},"a":{}}}"#, vm(r#","alias":"one""#), vm(r#","alias":"two""#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","tags":{"k":1}"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","quota":1.5,"cpu_cap":-1"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","alias":"esc\"aped","brand":null"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","uuid":"dup""#)),
+            format!(r#"{{"a\"b":{},"c":5,"d":null,"e":[1]}}"#, vm("")),
+            format!(r#"{{ "a" : {} , "b":{{}} }}"#, vm(r#" , "quota" : 10 "#)),
+            r#"[1,2]"#.to_string(),
+            r#"null"#.to_string(),
+            format!(r#"{{"a":{}}}"#, vm(r#","max_physical_memory":0012"#)),
+        ];
+        let mut bodies: Vec<String> = vms
+            .iter()
+            .map(|v| format!(r#"{{"uuid":"s","status":"running","memory_total_bytes":1e3,"traits":{{}},"vms":{v}}}"#))
+            .collect();
+        bodies.push(r#"{"uuid":"s","uuid":"t"}"#.into());
+        bodies.push(r#"{"uuid":"s","unknown":{"x":[1,"a"]},"sysinfo":{"CPU Total Cores":8},"vms":{}}"#.into());
+        bodies.push(r#"{}"#.into());
+        bodies.push(r#"{"uuid":"s\u0041","status":12345678901234567,"setup":true,"reserved":0}"#.into());
+        for body in &bodies {
+            let serde = serde_json::from_str::<Server>(body);
+            let mut c = Cursor::new(body);
+            let fast = c.server();
+            match (serde, fast) {
+                (Ok(a), Ok((b, raw))) => {
+                    assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
+                    assert_eq!(raw, body.trim());
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{body}"),
+                (a, b) => panic!("{body}: serde {a:?}, fast {b:?}"),
+            }
+        }
+    }
 
     #[test]
     fn reports_every_type_problem_together() {

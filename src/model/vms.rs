@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use serde::de::{value::MapAccessDeserializer, value::SeqAccessDeserializer, Deserialize, Deserializer};
 use serde::de::{MapAccess, SeqAccess, Visitor};
 
+use super::cursor::Cursor;
 use super::Shape;
 use crate::fxhash::FxBuild;
 use crate::js::{Js, JsRef};
@@ -524,15 +525,6 @@ impl<'a> VmMap<'a> {
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(|(k, _)| &**k)
     }
-
-    /// Appends, or replaces the value of a repeated key in place.
-    fn insert(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
-        self.all_plain &= is_plain(&value);
-        match self.entries.iter_mut().find(|(k, _)| *k == key) {
-            Some(entry) => entry.1 = value,
-            None => self.entries.push((key, value)),
-        }
-    }
 }
 
 fn is_plain(value: &Shape<ServerVm<'_>>) -> bool {
@@ -564,8 +556,68 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
     }
 }
 
-/// Maps with more entries than this find repeated keys through a hash set.
-const LINEAR_DEDUP: usize = 8;
+/// Builds a [`VmMap`] entry by entry with `JSON.parse`'s rule for a repeated key.
+///
+/// Repeated keys are rare, so they are found through a 1024-bit filter of key fingerprints
+/// (an entry is compared with the others only when its bit is already set), and through a
+/// hash map once the map is large enough for the filter to fill up.
+struct Builder<'a> {
+    map: VmMap<'a>,
+    bits: [u64; 16],
+    index: Option<HashMap<Cow<'a, str>, usize, FxBuild>>,
+}
+
+/// Past this many entries repeated keys are looked up in a hash map.
+const INDEXED: usize = 256;
+
+impl<'a> Builder<'a> {
+    fn new(capacity: usize) -> Builder<'a> {
+        Builder { map: VmMap { entries: Vec::with_capacity(capacity), ..VmMap::default() }, bits: [0; 16], index: None }
+    }
+
+    fn push(&mut self, key: Cow<'a, str>, value: Shape<ServerVm<'a>>) {
+        self.map.all_plain &= is_plain(&value);
+        let entries = &mut self.map.entries;
+        if let Some(index) = &mut self.index {
+            match index.get(&key) {
+                Some(&i) => entries[i].1 = value,
+                None => {
+                    index.insert(key.clone(), entries.len());
+                    entries.push((key, value));
+                }
+            }
+            return;
+        }
+        let f = fingerprint(&key);
+        let (word, bit) = (f >> 6, 1u64 << (f & 63));
+        if self.bits[word] & bit != 0 {
+            if let Some(entry) = entries.iter_mut().find(|(k, _)| *k == key) {
+                entry.1 = value;
+                return;
+            }
+        }
+        self.bits[word] |= bit;
+        entries.push((key, value));
+        if entries.len() == INDEXED {
+            self.index = Some(entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
+        }
+    }
+
+    fn finish(mut self) -> VmMap<'a> {
+        self.map.finish();
+        self.map
+    }
+}
+
+/// 10 bits from a key's length and first 8 bytes (VM uuids differ there).
+fn fingerprint(key: &str) -> usize {
+    let b = key.as_bytes();
+    let mut word = [0u8; 8];
+    let n = b.len().min(8);
+    word[..n].copy_from_slice(&b[..n]);
+    let mixed = (u64::from_le_bytes(word) ^ b.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (mixed >> 54) as usize
+}
 
 impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -576,33 +628,143 @@ impl<'de: 'a, 'a> Deserialize<'de> for VmMap<'a> {
                 f.write_str("an object of VMs")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<VmMap<'a>, A::Error> {
-                let mut vms = VmMap { entries: Vec::with_capacity(map.size_hint().unwrap_or(32)), ..VmMap::default() };
-                let mut seen: HashMap<Cow<'a, str>, usize, FxBuild> = HashMap::default();
+                let mut vms = Builder::new(map.size_hint().unwrap_or(32));
                 while let Some(Key(key)) = map.next_key::<Key<'a>>()? {
-                    let value: Shape<ServerVm<'a>> = map.next_value()?;
-                    if vms.entries.len() < LINEAR_DEDUP {
-                        vms.insert(key, value);
-                        continue;
-                    }
-                    if seen.is_empty() {
-                        seen.extend(vms.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)));
-                    }
-                    vms.all_plain &= is_plain(&value);
-                    match seen.get(&key) {
-                        Some(&i) => vms.entries[i].1 = value,
-                        None => {
-                            seen.insert(key.clone(), vms.entries.len());
-                            vms.entries.push((key, value));
-                        }
-                    }
+                    vms.push(key, map.next_value()?);
                 }
-                vms.finish();
-                Ok(vms)
+                Ok(vms.finish())
             }
         }
         d.deserialize_map(V(std::marker::PhantomData))
     }
 }
+
+impl<'a> VmMap<'a> {
+    /// `server.vms` at the cursor: objects of ordinary VMs are read by [`Cursor`]'s fast
+    /// readers, everything else (a VM that is not plain, a key with escapes, a value that is
+    /// not an object) by serde_json, with the same result.
+    pub(super) fn read(c: &mut Cursor<'a>) -> serde_json::Result<Shape<VmMap<'a>>> {
+        let start = c.pos;
+        if c.peek() == Some(b'{') {
+            if let Some(map) = VmMap::read_fast(c) {
+                return Ok(Shape::Obj(map));
+            }
+            c.pos = start;
+        }
+        c.value::<Shape<VmMap>>().map(|(v, _)| v)
+    }
+
+    fn read_fast(c: &mut Cursor<'a>) -> Option<VmMap<'a>> {
+        c.eat(b'{');
+        let mut vms = Builder::new(32);
+        if !c.eat(b'}') {
+            loop {
+                let key = c.key()?;
+                let start = c.pos;
+                let value = match (c.peek() == Some(b'{')).then(|| ServerVm::read_fast(c)).flatten() {
+                    Some(vm) => Shape::Obj(vm),
+                    None => {
+                        c.pos = start;
+                        c.value::<Shape<ServerVm>>().ok()?.0
+                    }
+                };
+                vms.push(Cow::Borrowed(key), value);
+                if c.eat(b'}') {
+                    break;
+                }
+                if !c.eat(b',') {
+                    return None;
+                }
+            }
+        }
+        Some(vms.finish())
+    }
+}
+
+/// The VM fields the fast reader looks for, with their closing quote, in the order they
+/// usually come.
+const FAST_VM_KEYS: [&str; 11] = [
+    "uuid\"",
+    "owner_uuid\"",
+    "brand\"",
+    "state\"",
+    "max_physical_memory\"",
+    "quota\"",
+    "cpu_cap\"",
+    "alias\"",
+    "tags\"",
+    "internal_metadata\"",
+    "docker\"",
+];
+
+impl<'a> ServerVm<'a> {
+    /// A plain VM: strings without escapes, small whole numbers, values that pass the
+    /// checks a [`PlainVm`] stands for. Anything else (including a repeated field, which
+    /// serde_json reports) gives up, and serde_json reads the VM.
+    fn read_fast(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
+        c.eat(b'{');
+        let mut vm = PlainVm {
+            uuid: None,
+            owner_uuid: "",
+            brand: None,
+            state: "",
+            alias: None,
+            max_physical_memory_mib: f64::NAN,
+            quota_gib: f64::NAN,
+            cpu_cap_pct: f64::NAN,
+        };
+        let mut seen = 0u16;
+        if !c.eat(b'}') {
+            loop {
+                match c.known_key(&FAST_VM_KEYS)? {
+                    Some(i) => {
+                        if seen & (1 << i) != 0 {
+                            return None;
+                        }
+                        seen |= 1 << i;
+                        match i {
+                            0 => vm.uuid = Some(c.uuid_str().or_else(|| c.plain_str())?),
+                            1 => vm.owner_uuid = c.uuid_str()?,
+                            2 => vm.brand = Some(c.plain_str()?),
+                            3 => vm.state = c.plain_str()?,
+                            4 => vm.max_physical_memory_mib = c.small_uint()?,
+                            5 => vm.quota_gib = c.small_uint()?,
+                            6 => vm.cpu_cap_pct = c.small_uint()?,
+                            7 => vm.alias = Some(c.plain_str()?),
+                            // tags, internal_metadata, docker: not a plain VM.
+                            _ => return None,
+                        }
+                    }
+                    None => c.skip().ok()?,
+                }
+                if c.eat(b'}') {
+                    break;
+                }
+                if !c.eat(b',') {
+                    return None;
+                }
+            }
+        }
+        // Required: owner_uuid, state, max_physical_memory (and what the schema says of them).
+        (seen & 0b1_1010 == 0b1_1010 && crate::validate::plain_vm_is_valid(&vm)).then_some(ServerVm::Plain(vm))
+    }
+}
+
+/// The fields [`ServerVm::read_fast`] reads, as the derived reader names them.
+#[cfg(test)]
+const VM_FIELDS: [&str; 11] = [
+    "uuid",
+    "owner_uuid",
+    "brand",
+    "state",
+    "max_physical_memory",
+    "quota",
+    "cpu_cap",
+    "alias",
+    "tags",
+    "internal_metadata",
+    "docker",
+];
 
 #[cfg(test)]
 mod tests {
@@ -675,6 +837,11 @@ mod tests {
             assert_eq!(vm(&m, "k1").alias().as_str(), Some("second"));
             assert!(matches!(m.get("z"), Some(Shape::Other(Js::Num(_)))));
         }
+    }
+
+    #[test]
+    fn the_fast_reader_knows_every_vm_field() {
+        assert_eq!(crate::model::request::tests::serde_fields::<Received>(), VM_FIELDS);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::js::Js;
 use crate::model::{AllocateBody, Server};
 
 pub use defaults::validate_defaults;
-pub use patterns::{is_platform, is_uuid};
+pub use patterns::{is_platform, is_uuid, uuid_shaped};
 pub use payload::{
     validate_affinity, validate_image, validate_locality, validate_nic_tag_requirements, validate_package,
     validate_platform_limits, validate_ticket, validate_tickets, validate_traits, validate_vm_extensions,

@@ -163,13 +163,37 @@ fn validate_nic(name: &str, nic: &Shape<Nic>) -> Option<String> {
 
 /// Whether a VM's ordinary fields pass the VM checks below, so that the VM can be held as
 /// a [`PlainVm`] (whose check is then a no-op). Absent numbers are NaN.
+///
+/// The number checks are written out (this runs for every VM of every request); a test
+/// holds them to the schema leaves.
 pub fn plain_vm_is_valid(vm: &PlainVm<'_>) -> bool {
-    let number = |n: f64| if n.is_nan() { Js::Undefined } else { Js::Num(n) };
     super::patterns::is_uuid(vm.owner_uuid)
         && !vm.state.is_empty()
-        && VM_MAX_PHYSICAL_MEMORY.check(&number(vm.max_physical_memory_mib)).is_none()
-        && VM_QUOTA.check(&number(vm.quota_gib)).is_none()
-        && VM_CPU_CAP.check(&number(vm.cpu_cap_pct)).is_none()
+        && plain_numbers_valid(vm.max_physical_memory_mib, vm.quota_gib, vm.cpu_cap_pct)
+}
+
+/// `max_physical_memory` an integer ≥ 1, `quota` absent or ≥ 0, `cpu_cap` absent or an
+/// integer ≥ 1 (absent is NaN).
+fn plain_numbers_valid(ram: f64, quota: f64, cap: f64) -> bool {
+    let integer_from_one = |n: f64| n >= 1.0 && n.is_finite() && n.trunc() == n;
+    integer_from_one(ram) && (quota.is_nan() || quota >= 0.0) && (cap.is_nan() || integer_from_one(cap))
+}
+
+#[cfg(test)]
+#[test]
+fn plain_number_checks_are_the_schema_leaves() {
+    let number = |n: f64| if n.is_nan() { Js::Undefined } else { Js::Num(n) };
+    let values = [f64::NAN, 0.0, -0.0, 0.5, 1.0, 1.5, 2.0, -1.0, 1e300, f64::INFINITY, 4096.0, 0.999];
+    for ram in values {
+        for quota in values {
+            for cap in values {
+                let leaves = VM_MAX_PHYSICAL_MEMORY.check(&number(ram)).is_none()
+                    && VM_QUOTA.check(&number(quota)).is_none()
+                    && VM_CPU_CAP.check(&number(cap)).is_none();
+                assert_eq!(plain_numbers_valid(ram, quota, cap), leaves, "{ram} {quota} {cap}");
+            }
+        }
+    }
 }
 
 fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
