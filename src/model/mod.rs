@@ -61,9 +61,17 @@ pub struct Server<'a> {
     pub sysinfo: Shape<Sysinfo>,
     #[serde(borrow)]
     pub vms: Shape<VmMap<'a>>,
+    /// The server schema's verdict ([`crate::validate::validate_server`]), worked out while
+    /// the server is read (its data is then at hand) or on first use.
+    #[serde(skip)]
+    schema: std::sync::OnceLock<Option<String>>,
 }
 
 impl<'a> Server<'a> {
+    /// The server schema's first violation, if any (`hard-filter-invalid-servers`).
+    pub fn schema_violation(&self) -> Option<&str> {
+        self.schema.get_or_init(|| crate::validate::validate_server(self)).as_deref()
+    }
     /// `String(server.uuid)`: the key of this server's entry in step reasons.
     pub fn reason_key(&self) -> String {
         self.uuid.to_js_string()

@@ -146,11 +146,16 @@ impl<'a> Cursor<'a> {
     fn server(&mut self) -> serde_json::Result<(Server<'a>, &'a str)> {
         self.peek();
         let start = self.pos;
-        if let Some(server) = self.server_fast() {
-            return Ok((server, &self.text[start..self.pos]));
-        }
-        self.pos = start;
-        self.value::<Server>()
+        let (server, raw) = match self.server_fast() {
+            Some(server) => (server, &self.text[start..self.pos]),
+            None => {
+                self.pos = start;
+                self.value::<Server>()?
+            }
+        };
+        // While the server's data is at hand.
+        server.schema_violation();
+        Ok((server, raw))
     }
 
     fn server_fast(&mut self) -> Option<Server<'a>> {
@@ -535,6 +540,7 @@ pub(crate) mod tests {
             let fast = c.server();
             match (serde, fast) {
                 (Ok(a), Ok((b, raw))) => {
+                    assert_eq!(a.schema_violation(), b.schema_violation());
                     assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
                     assert_eq!(raw, body.trim());
                 }

@@ -1,11 +1,10 @@
 //! `hard-filter-invalid-servers`: keeps the servers that pass the dapi server schema
-//! ([`validate_server`]); each other server is removed with the schema's first violation as
+//! ([`crate::validate::validate_server`], worked out as the server is read); each other server is removed with the schema's first violation as
 //! its reason (e.g. `property "memory_total_bytes": is missing and it is required`), so one
 //! malformed server never fails a whole request.
 
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::validate::validate_server;
 
 pub struct HardFilterInvalidServers;
 
@@ -27,7 +26,7 @@ impl Plugin for HardFilterInvalidServers {
     ) -> Result<Vec<ServerId>, PluginError> {
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
-            match validate_server(req.server(id)) {
+            match req.server(id).schema_violation() {
                 None => kept.push(id),
                 Some(msg) => {
                     // The original warned only about set-up servers: unset-up ones are
@@ -35,7 +34,7 @@ impl Plugin for HardFilterInvalidServers {
                     if req.server(id).setup.truthy() {
                         tracing::warn!(server = %req.key(id), "skipping invalid server: {msg}");
                     }
-                    reasons.set(req.key(id), msg);
+                    reasons.set(req.key(id), msg.to_string());
                 }
             }
         }
