@@ -35,10 +35,16 @@ pub static UNDEFINED: Js = Js::Undefined;
 /// hashed.
 fn obj_get<'o>(o: &'o JsObject, key: &str) -> Option<&'o Js> {
     if o.len() <= 8 {
-        o.iter().find(|(k, _)| &***k == key).map(|(_, v)| v)
+        o.iter().find(|(k, _)| short_eq(k, key)).map(|(_, v)| v)
     } else {
         o.get(key)
     }
+}
+
+/// String equality that compares short strings byte by byte rather than calling `memcmp`.
+pub fn short_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && if a.len() <= 16 { a.iter().zip(b).all(|(x, y)| x == y) } else { a == b }
 }
 
 impl Js {
@@ -71,7 +77,16 @@ impl Js {
     }
 
     /// Unary plus (`+x`).
+    #[inline]
     pub fn num(&self) -> f64 {
+        match self {
+            Js::Num(n) => *n,
+            other => other.num_slow(),
+        }
+    }
+
+    #[cold]
+    fn num_slow(&self) -> f64 {
         match self {
             Js::Undefined => f64::NAN,
             Js::Null => 0.0,

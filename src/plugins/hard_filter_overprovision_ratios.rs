@@ -54,8 +54,17 @@ impl Plugin for HardFilterOverprovisionRatios {
         for (resource, pkg_ratio) in pairs {
             let wanted = canonical(pkg_ratio);
             let wanted_num = pkg_ratio.truthy().then(|| pkg_ratio.num());
+            // Servers usually share one ratios object (override-overprovisioning gives every
+            // server the same): its verdict holds for all of them.
+            let mut shared: Option<(*const Js, bool)> = None;
             kept.retain(|&id| {
-                let ratio = req.ratios(id).get(resource);
+                let ratios = req.ratios(id);
+                if let Some((at, true)) = shared {
+                    if std::ptr::eq(at, ratios) {
+                        return true;
+                    }
+                }
+                let ratio = ratios.get(resource);
                 // The same number (or none on both sides) prints the same: no need to.
                 let same = match (wanted_num, ratio.truthy()) {
                     (None, false) => true,
@@ -63,6 +72,7 @@ impl Plugin for HardFilterOverprovisionRatios {
                     _ => false,
                 };
                 if same {
+                    shared = Some((ratios, true));
                     return true;
                 }
                 let has = canonical(ratio);

@@ -17,7 +17,9 @@ use super::shared::js_sort::js_sort_by;
 use super::shared::scoring::{linear_buckets, parse_js_date, to_iso_string, WEEK_MS};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
-use crate::js::{js_gt, js_lt, Js};
+use std::borrow::Cow;
+
+use crate::js::{js_gt, js_lt, str_lt, Js};
 
 pub struct ScoreNextReboot;
 
@@ -72,10 +74,10 @@ fn week_before(value: &Js) -> Option<String> {
 }
 
 /// Objects take part in comparisons as their string form (JS `ToPrimitive`).
-fn primitive(value: &Js) -> Js {
+fn primitive(value: &Js) -> Cow<'_, Js> {
     match value {
-        Js::Arr(_) | Js::Obj(_) => Js::Str(value.to_js_string().into()),
-        other => other.clone(),
+        Js::Arr(_) | Js::Obj(_) => Cow::Owned(Js::Str(value.to_js_string().into())),
+        other => Cow::Borrowed(other),
     }
 }
 
@@ -94,8 +96,9 @@ fn buckets(req: &Request<'_>, servers: &[ServerId]) -> Vec<Vec<ServerId>> {
 /// be read and moved back a week count as scheduled, so it always succeeds.
 fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<Vec<ServerId>>> {
     let mut unscheduled = Vec::new();
-    let mut scheduled: Vec<(ServerId, Js)> = Vec::new();
-    let mut latest = Js::str(EPOCH_ISO);
+    let mut scheduled: Vec<(ServerId, Cow<'_, Js>)> = Vec::new();
+    let epoch = Js::str(EPOCH_ISO);
+    let mut latest: &Js = &epoch;
     for &id in servers {
         let server = req.server(id);
         let next = primitive(&server.next_reboot);
@@ -104,10 +107,12 @@ fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<V
             unscheduled.push(id);
             continue;
         }
-        if js_lt(&latest, &next) {
-            latest = next.clone();
-        }
         scheduled.push((id, next));
+    }
+    for (_, next) in &scheduled {
+        if js_lt(latest, next) {
+            latest = next;
+        }
     }
 
     let mut buckets = Vec::new();
@@ -117,28 +122,42 @@ fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<V
     // The intended order: ascending by the JS relational operators (as the engine sorts),
     // then reversed, so latest first.
     let mut order: Vec<usize> = (0..scheduled.len()).collect();
-    js_sort_by(&mut order, |&a, &b| {
-        let (x, y) = (&scheduled[a].1, &scheduled[b].1);
-        if js_gt(x, y) {
-            1.0
-        } else if js_lt(x, y) {
-            -1.0
-        } else {
-            0.0
-        }
-    });
+    let strings: Option<Vec<&str>> = scheduled.iter().map(|(_, next)| next.as_str()).collect();
+    match strings {
+        // Strings compare consistently, so the engine's sort gives the one stable order.
+        Some(texts) => order.sort_by(|&a, &b| {
+            let (x, y) = (texts[a], texts[b]);
+            if str_lt(x, y) {
+                std::cmp::Ordering::Less
+            } else if str_lt(y, x) {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        }),
+        None => js_sort_by(&mut order, |&a, &b| {
+            let (x, y) = (&*scheduled[a].1, &*scheduled[b].1);
+            if js_gt(x, y) {
+                1.0
+            } else if js_lt(x, y) {
+                -1.0
+            } else {
+                0.0
+            }
+        }),
+    }
     order.reverse();
 
-    let mut limit = week_before(&latest)?;
+    let mut limit = Js::Str(week_before(latest)?.into());
     let mut bucket = Vec::new();
     for i in order {
         let (id, next) = &scheduled[i];
-        if js_gt(next, &Js::str(&limit)) {
+        if js_gt(next, &limit) {
             bucket.push(*id);
         } else {
             buckets.push(std::mem::take(&mut bucket));
             bucket.push(*id);
-            limit = week_before(next)?;
+            limit = Js::Str(week_before(next)?.into());
         }
     }
     if !bucket.is_empty() {
