@@ -152,18 +152,31 @@ impl ServiceConfig {
     /// A short hash of the engine configuration, to tell which one a running service has.
     pub fn digest(&self) -> String {
         let text = serde_json::json!([self.allocation_description, self.defaults]).to_string();
-        // FNV-1a: stable across runs and builds, unlike the std hasher.
-        let hash =
-            text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-        format!("{hash:016x}")
+        digest(text.as_bytes())
     }
 }
 
-/// FNV-1a, 64 bits, as hex: a short digest stable across runs and builds (unlike the std
-/// hasher); not for security.
-pub fn fnv1a(bytes: &[u8]) -> String {
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    format!("{hash:016x}")
+/// XXH3, 64 bits, as hex: a short digest stable across runs and builds (unlike the std
+/// hasher); not for security. Fast enough to run over every request body (tens of GB/s,
+/// where a byte-at-a-time hash such as FNV cost a quarter of a request's CPU).
+pub fn digest(bytes: &[u8]) -> String {
+    let mut d = Digest::default();
+    d.update(bytes);
+    d.finish()
+}
+
+/// [`digest`] of input that arrives in pieces (a request body, frame by frame).
+#[derive(Default)]
+pub struct Digest(xxhash_rust::xxh3::Xxh3);
+
+impl Digest {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    pub fn finish(&self) -> String {
+        format!("{:016x}", self.0.digest())
+    }
 }
 
 #[cfg(test)]
@@ -172,6 +185,19 @@ mod tests {
 
     fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
         vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn a_digest_does_not_depend_on_how_the_input_is_cut() {
+        // XXH3-64 of nothing, as every implementation gives it.
+        assert_eq!(digest(b""), "2d06800538d394c2");
+        let text: Vec<u8> = (0..5000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut pieces = Digest::default();
+        for chunk in text.chunks(333) {
+            pieces.update(chunk);
+        }
+        assert_eq!(pieces.finish(), digest(&text));
+        assert_ne!(digest(&text[1..]), digest(&text));
     }
 
     #[test]

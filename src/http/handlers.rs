@@ -34,17 +34,18 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// Reads the whole body, refusing more than `limit` bytes.
+/// Reads the whole body, refusing more than `limit` bytes; its size and digest come with it.
 ///
 /// The body is read frame by frame into one buffer sized from `Content-Length`, so a large
 /// request is held once (collecting the frames first and then joining them would hold it
-/// twice).
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+/// twice). Each frame is digested as it arrives, while the client is still sending.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<(Vec<u8>, BodySeen), ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
         return Err(ApiError::TooLarge(limit));
     }
     let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let mut digest = crate::config::Digest::default();
     let mut body = std::pin::pin!(body);
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
@@ -53,9 +54,11 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Vec<
                 return Err(ApiError::TooLarge(limit));
             }
             buf.extend_from_slice(&data);
+            digest.update(&data);
         }
     }
-    Ok(buf)
+    let seen = BodySeen { bytes: buf.len(), digest: digest.finish() };
+    Ok((buf, seen))
 }
 
 /// Size and digest of a request body, logged instead of the body itself.
@@ -65,9 +68,15 @@ pub struct BodySeen {
     pub digest: String,
 }
 
-impl BodySeen {
-    fn of(body: &[u8]) -> BodySeen {
-        BodySeen { bytes: body.len(), digest: crate::config::fnv1a(body) }
+/// How a request's work hands back its result: as soon as the answer is ready, so that
+/// freeing the parsed request (a few ms at datacenter scale) happens after the answer has
+/// left, still within the request's permit.
+pub struct Reply<T>(tokio::sync::oneshot::Sender<Result<T, ApiError>>);
+
+impl<T> Reply<T> {
+    fn send(self, result: Result<T, ApiError>) {
+        // The request may have timed out and gone: nobody is left to answer.
+        let _ = self.0.send(result);
     }
 }
 
@@ -100,13 +109,14 @@ fn check_size(app: &AppState, servers: &[Server]) -> Result<(), ApiError> {
 }
 
 /// Takes a concurrency permit (or answers 503 at once, before reading anything), reads the
-/// body, and runs `work` on it in the blocking pool, all within the request timeout. Memory
-/// stays bounded: at most `max_concurrent_allocations` bodies are held at a time.
+/// body, waits for a free core and runs `work` on it in the blocking pool, all within the
+/// request timeout. Memory stays bounded: at most `max_concurrent_allocations` bodies are
+/// held at a time; at most one allocation per core computes at a time.
 async fn run_limited<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
-    work: impl FnOnce(Arc<Engine>, Vec<u8>) -> Result<T, ApiError> + Send + 'static,
+    work: impl FnOnce(Arc<Engine>, Vec<u8>, Reply<T>) + Send + 'static,
 ) -> (Option<BodySeen>, Result<T, ApiError>) {
     if let Err(e) = check_content_type(headers) {
         return (None, Err(e));
@@ -119,15 +129,22 @@ async fn run_limited<T: Send + 'static>(
     let engine = app.engine();
     let mut seen = None;
     let run = async {
-        let bytes = read_body(headers, body, limits.max_body_bytes).await?;
-        seen = Some(BodySeen::of(&bytes));
+        let (bytes, body_seen) = read_body(headers, body, limits.max_body_bytes).await?;
+        seen = Some(body_seen);
+        // The semaphore is never closed, so waiting only ends with a core.
+        let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work(engine, bytes)
+            let (_permit, _core) = (permit, core);
+            work(engine, bytes, Reply(tx));
         });
-        match task.await {
-            Err(join) => Err(ApiError::Internal(format!("the request failed unexpectedly: {join}"))),
+        match rx.await {
             Ok(result) => result,
+            // The work ended without answering: it panicked.
+            Err(_) => match task.await {
+                Err(join) => Err(ApiError::Internal(format!("the request failed unexpectedly: {join}"))),
+                Ok(()) => Err(ApiError::Internal("the request ended without an answer".into())),
+            },
         }
     };
     let result = match tokio::time::timeout(timeout, run).await {
@@ -169,7 +186,7 @@ fn answer_allocation(
     body: &AllocateBody<'_>,
     allocation: &Allocation,
     format: StepsFormat,
-) -> Result<(StatusCode, Vec<u8>, Outcome), ApiError> {
+) -> Result<Answer, ApiError> {
     let servers = body.servers.len();
     match allocation.chosen {
         Some(id) => {
@@ -189,6 +206,27 @@ fn answer_allocation(
             Ok((StatusCode::CONFLICT, out, Outcome::NoServer { servers, reason }))
         }
     }
+}
+
+type Answer = (StatusCode, Vec<u8>, Outcome);
+
+/// Parses, validates and allocates one body; the answer. The parsed request and its
+/// allocation are left in `kept` for the caller to free once the answer is sent.
+fn allocate_body<'a>(
+    engine: &Engine,
+    app: &AppState,
+    bytes: &'a [u8],
+    format: StepsFormat,
+    kept: &mut Option<(AllocateBody<'a>, Allocation)>,
+) -> Result<Answer, ApiError> {
+    let mut request = parse_allocate_body(bytes).map_err(body_error)?;
+    check_size(app, &request.servers)?;
+    validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
+    let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+    app.metrics.record_steps(&allocation.steps);
+    let answer = answer_allocation(&request, &allocation, format);
+    *kept = Some((request, allocation));
+    answer
 }
 
 /// The `steps` query parameter: `full` (the default) or `removed`.
@@ -239,13 +277,10 @@ pub async fn allocate(
         Err(e) => return e.into_response(),
     };
     let app2 = app.clone();
-    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes| {
-        let mut request = parse_allocate_body(&bytes).map_err(body_error)?;
-        check_size(&app2, &request.servers)?;
-        validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
-        let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
-        app2.metrics.record_steps(&allocation.steps);
-        answer_allocation(&request, &allocation, format)
+    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes, reply| {
+        let mut kept = None;
+        reply.send(allocate_body(&engine, &app2, &bytes, format, &mut kept));
+        // `kept` (the parsed request and its allocation) is freed after the answer left.
     })
     .await;
     respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
@@ -270,13 +305,16 @@ pub async fn allocate(
 )]
 pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes| {
-        let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;
-        check_size(&app2, &servers)?;
-        validate_server_list(&servers).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
-        let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
-        let out = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| ApiError::Internal(e.to_string()))?;
-        Ok((out, servers.len()))
+    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes, reply| {
+        let result = (|| {
+            let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;
+            check_size(&app2, &servers)?;
+            validate_server_list(&servers).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
+            let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
+            let out = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| ApiError::Internal(e.to_string()))?;
+            Ok((out, servers.len()))
+        })();
+        reply.send(result);
     })
     .await;
     respond(seen, result.map(|(out, servers)| json_response(StatusCode::OK, out, Outcome::Capacity { servers })))
@@ -361,15 +399,32 @@ mod tests {
     async fn a_panic_inside_a_request_is_a_500_and_frees_its_permit() {
         let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
         let app = Arc::new(AppState::new(config, None).expect("state"));
-        let permits = app.permits.available_permits();
+        let (permits, cores) = (app.permits.available_permits(), app.cpu_slots.available_permits());
         let (seen, result) =
-            run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _| -> Result<(), ApiError> { panic!("a bug") })
-                .await;
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _, _: Reply<()>| panic!("a bug")).await;
         assert!(matches!(result, Err(ApiError::Internal(_))), "{result:?}");
         assert_eq!(seen.map(|s| s.bytes), Some(2));
         assert_eq!(app.permits.available_permits(), permits);
+        assert_eq!(app.cpu_slots.available_permits(), cores);
         let response = respond(None, result.map(|()| StatusCode::OK.into_response()));
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[tokio::test]
+    async fn the_answer_leaves_before_the_request_is_freed() {
+        let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
+        let app = Arc::new(AppState::new(config, None).expect("state"));
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+        let (_, result) = run_limited(&app, &HeaderMap::new(), Body::from("{}"), move |_, _, reply| {
+            reply.send(Ok(7));
+            // Freeing takes a while; the answer is already on its way.
+            std::thread::sleep(Duration::from_millis(200));
+            let _ = freed_tx.send(());
+        })
+        .await;
+        assert_eq!(result.ok(), Some(7));
+        assert!(freed_rx.try_recv().is_err(), "the answer waited for the freeing");
+        assert!(freed_rx.recv_timeout(Duration::from_secs(5)).is_ok());
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct AppState {
     /// The `--config` file, re-read on reload.
     config_file: Option<PathBuf>,
     permits: Arc<Semaphore>,
+    /// One per core: allocations whose bodies are read wait here for a core, in arrival
+    /// order, rather than all computing at once and sharing the cores (and their caches).
+    cpu_slots: Arc<Semaphore>,
     metrics: Metrics,
     started: Instant,
 }
@@ -65,6 +68,7 @@ impl AppState {
             loaded: RwLock::new(Loaded { engine, config: Arc::new(config) }),
             config_file,
             permits,
+            cpu_slots: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
             metrics: Metrics::default(),
             started: Instant::now(),
         })
