@@ -42,7 +42,7 @@ fn obj_get<'o>(o: &'o JsObject, key: &str) -> Option<&'o Js> {
 }
 
 /// String equality that compares short strings byte by byte rather than calling `memcmp`.
-pub fn short_eq(a: &str, b: &str) -> bool {
+fn short_eq(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     a.len() == b.len() && if a.len() <= 16 { a.iter().zip(b).all(|(x, y)| x == y) } else { a == b }
 }
@@ -575,10 +575,19 @@ fn to_primitive(v: &Js) -> std::borrow::Cow<'_, Js> {
 
 /// Lexicographic order by UTF-16 code unit, as JS compares strings.
 pub fn str_lt(a: &str, b: &str) -> bool {
-    if a.is_ascii() && b.is_ascii() {
-        return a < b;
+    str_cmp(a, b).is_lt()
+}
+
+/// The order of two strings by UTF-16 code unit. Where the first differing bytes are both
+/// ASCII (dates, uuids, names) the bytes decide, as the text before them is the same;
+/// elsewhere UTF-8 and UTF-16 orders can differ, so the code units are compared.
+pub fn str_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    match x.iter().zip(y).position(|(p, q)| p != q) {
+        None => x.len().cmp(&y.len()),
+        Some(i) if x[i].is_ascii() && y[i].is_ascii() => x[i].cmp(&y[i]),
+        Some(_) => a.encode_utf16().cmp(b.encode_utf16()),
     }
-    a.encode_utf16().lt(b.encode_utf16())
 }
 
 /// JS `===`.
@@ -713,6 +722,35 @@ mod tests {
 
     fn js(text: &str) -> Js {
         serde_json::from_str(text).expect("test JSON")
+    }
+
+    #[test]
+    fn strings_compare_by_utf16_code_unit() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "2026-01-02T00:00:00Z",
+            "2026-01-10T00:00:00Z",
+            "é",
+            "e\u{301}",
+            "\u{ffff}",
+            "\u{10000}",
+            "a\u{10000}",
+            "a\u{ffff}",
+            "\u{e000}x",
+            "\u{1f600}",
+        ];
+        for a in words {
+            for b in words {
+                let expected = a.encode_utf16().cmp(b.encode_utf16());
+                assert_eq!(str_cmp(a, b), expected, "{a:?} vs {b:?}");
+                assert_eq!(str_lt(a, b), expected.is_lt(), "{a:?} < {b:?}");
+            }
+        }
+        // Where UTF-8 and UTF-16 disagree: U+10000 sorts before U+FFFF in JS.
+        assert!(str_lt("\u{10000}", "\u{ffff}"));
     }
 
     #[test]

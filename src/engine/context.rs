@@ -5,8 +5,8 @@
 //! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
 //! instead, and plugins read the effective values through these accessors.
 
-use std::cell::OnceCell;
 use std::sync::Arc;
+use std::sync::OnceLock;
 
 use rand::rngs::StdRng;
 
@@ -103,8 +103,8 @@ pub struct Request<'r> {
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
     pub raw_servers: &'r [&'r str],
-    vm_index: OnceCell<VmIndex>,
-    keys: OnceCell<Arc<KeyTable>>,
+    vm_index: OnceLock<VmIndex>,
+    keys: OnceLock<Arc<KeyTable>>,
 }
 
 impl<'r> Request<'r> {
@@ -130,8 +130,8 @@ impl<'r> Request<'r> {
             defaults,
             rng,
             raw_servers: &[],
-            vm_index: OnceCell::new(),
-            keys: OnceCell::new(),
+            vm_index: OnceLock::new(),
+            keys: OnceLock::new(),
         }
     }
 
@@ -215,6 +215,12 @@ impl<'r> Request<'r> {
         }
     }
 }
+
+/// Plugins check servers on several cores at once, sharing the request.
+const _: fn() = || {
+    fn shared<T: Sync>() {}
+    shared::<Request<'static>>();
+};
 
 #[cfg(test)]
 mod tests {

@@ -7,6 +7,7 @@
 pub mod context;
 pub mod defaults;
 pub mod expr;
+pub mod parallel;
 pub mod reasons;
 pub mod summary;
 

@@ -37,27 +37,44 @@ impl std::fmt::Debug for KeyTable {
 
 impl KeyTable {
     pub fn new(servers: &[Server<'_>]) -> KeyTable {
-        let mut text = String::with_capacity(servers.len() * 37);
-        let mut spans = Vec::with_capacity(servers.len());
-        for server in servers {
-            let start = text.len();
-            match server.uuid.as_str() {
-                Some(s) => text.push_str(s),
-                None => text.push_str(&server.reason_key()),
+        // Reading 5000 uuids scattered over memory is most of the cost: each core copies
+        // and hashes its part, then the parts are joined.
+        let ids: Vec<ServerId> = (0..servers.len()).collect();
+        let parts = super::parallel::map_parts(&ids, |part| {
+            let mut text = String::with_capacity(part.len() * 37);
+            let mut spans = Vec::with_capacity(part.len());
+            let mut hashes = Vec::with_capacity(part.len());
+            for &id in part {
+                let start = text.len();
+                match servers[id].uuid.as_str() {
+                    Some(s) => text.push_str(s),
+                    None => text.push_str(&servers[id].reason_key()),
+                }
+                hashes.push(hash_str(&text[start..]));
+                spans.push((start as u32, (text.len() - start) as u32));
             }
-            spans.push((start as u32, (text.len() - start) as u32));
+            (text, spans, hashes)
+        });
+        let mut text = String::with_capacity(parts.iter().map(|p| p.0.len()).sum());
+        let mut spans = Vec::with_capacity(servers.len());
+        let mut hashes = Vec::with_capacity(servers.len());
+        for (part_text, part_spans, part_hashes) in parts {
+            let offset = text.len() as u32;
+            text.push_str(&part_text);
+            spans.extend(part_spans.into_iter().map(|(start, len)| (start + offset, len)));
+            hashes.extend(part_hashes);
         }
         let mut table = KeyTable { text, spans, canonical: Vec::new(), by_hash: HashMap::default() };
         table.by_hash.reserve(servers.len());
         let mut canonical = Vec::with_capacity(servers.len());
-        for id in 0..servers.len() {
+        for (id, hash) in hashes.into_iter().enumerate() {
             let key = table.key(id);
-            let first = match table.by_hash.get(&hash_str(key)) {
+            let first = match table.by_hash.get(&hash) {
                 Some(&first) if table.key(first as usize) == key => first,
                 // Another key with the same hash (practically never): compare them all.
                 Some(_) => (0..id).find(|&i| table.key(i) == key).unwrap_or(id) as u32,
                 None => {
-                    table.by_hash.insert(hash_str(key), id as u32);
+                    table.by_hash.insert(hash, id as u32);
                     id as u32
                 }
             };

@@ -8,6 +8,7 @@
 
 use super::shared::unreserved::{default_ratios, unreserved};
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::map_servers;
 use crate::engine::{Reasons, Request, ServerId};
 
 pub struct CalculateServerUnreserved;
@@ -29,11 +30,17 @@ impl Plugin for CalculateServerUnreserved {
         _reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
         let defaults = std::sync::Arc::new(default_ratios());
-        for &id in servers {
-            if req.server(id).sysinfo.truthy() && !req.ratios(id).truthy() {
+        let shared = &*req;
+        let need_defaults =
+            map_servers(servers, |id| shared.server(id).sysinfo.truthy() && !shared.ratios(id).truthy());
+        for (&id, needs) in servers.iter().zip(need_defaults) {
+            if needs {
                 req.state[id].ratios = Some(defaults.clone());
             }
-            let u = unreserved(req, id);
+        }
+        let shared = &*req;
+        let computed = map_servers(servers, |id| unreserved(shared, id));
+        for (&id, u) in servers.iter().zip(computed) {
             req.state[id].unreserved = Some(u);
         }
         Ok(servers.to_vec())

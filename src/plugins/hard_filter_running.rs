@@ -1,6 +1,7 @@
 //! `hard-filter-running`: keeps servers whose `status` is exactly `running`.
 
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::sift;
 use crate::engine::{Reasons, Request, ServerId};
 
 pub struct HardFilterRunning;
@@ -21,14 +22,13 @@ impl Plugin for HardFilterRunning {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
+        let req = &*req;
+        let (kept, removed) = sift(servers, |id| {
             let status = &req.server(id).status;
-            if status.as_str() == Some("running") {
-                kept.push(id);
-            } else {
-                reasons.set(req.key(id), format!("Server has status: {}", status.to_js_string()));
-            }
+            (status.as_str() != Some("running")).then_some(status)
+        });
+        for (id, status) in removed {
+            reasons.set(req.key(id), format!("Server has status: {}", status.to_js_string()));
         }
         Ok(kept)
     }

@@ -17,6 +17,7 @@
 use indexmap::IndexMap;
 
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::sift;
 use crate::engine::{Reasons, Request, ServerId};
 use crate::js::Js;
 use crate::model::Shape;
@@ -44,12 +45,10 @@ impl Plugin for HardFilterVlans {
             return Ok(servers.to_vec());
         };
         let keys = tag_keys(&groups);
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            match check_server(req, id, &groups, &keys) {
-                None => kept.push(id),
-                Some(why) => reasons.set(req.key(id), why),
-            }
+        let req = &*req;
+        let (kept, removed) = sift(servers, |id| check_server(req, id, &groups, &keys));
+        for (id, why) in removed {
+            reasons.set(req.key(id), why);
         }
         Ok(kept)
     }
@@ -112,13 +111,14 @@ fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>], keys: &[Vec
     let physical = entries(&sysinfo.network_interfaces).map(|(name, nic)| (name, &nic.link_status, &nic.nic_names));
     let virtual_nics = entries(&sysinfo.virtual_network_interfaces)
         .map(|(name, vnic)| (name, &vnic.link_status, &vnic.overlay_nic_tags));
-    let nics: Vec<(&str, &Js, &Js)> = physical.chain(virtual_nics).collect();
+    // Walked afresh for each tag: no per-server list to allocate.
+    let nics = physical.chain(virtual_nics);
     for (group, group_keys) in groups.iter().zip(keys) {
         let mut last_offline = None;
         let mut satisfied = false;
         for key in group_keys {
             let mut offline = None;
-            for &(interface, status, tags) in &nics {
+            for (interface, status, tags) in nics.clone() {
                 if !tags.as_arr().unwrap_or_default().iter().any(|t| string_is(t, key)) {
                     continue;
                 }
@@ -155,7 +155,9 @@ fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>], keys: &[Vec
 
 /// The NICs of an interface map, in sysinfo order (none when it is not an object, and a NIC
 /// that is not an object has no fields).
-fn entries<T: crate::model::EmptyValue>(map: &Shape<IndexMap<Box<str>, Shape<T>>>) -> impl Iterator<Item = (&str, &T)> {
+fn entries<T: crate::model::EmptyValue>(
+    map: &Shape<IndexMap<Box<str>, Shape<T>>>,
+) -> impl Iterator<Item = (&str, &T)> + Clone {
     map.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
 }
 

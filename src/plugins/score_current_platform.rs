@@ -10,8 +10,12 @@
 //! as equal.
 
 use super::shared::scoring::{normalize, parse_js_date};
+use std::collections::HashMap;
+
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::map_parts;
 use crate::engine::{Reasons, Request, ServerId};
+use crate::fxhash::FxBuild;
 use crate::js::Js;
 
 pub struct ScoreCurrentPlatform;
@@ -37,22 +41,21 @@ impl Plugin for ScoreCurrentPlatform {
             return Ok(servers.to_vec());
         }
         // A datacenter runs a handful of platforms: each distinct stamp is read once.
-        let mut seen: Vec<(&str, Option<f64>)> = Vec::new();
-        let stamps: Vec<Option<f64>> = servers
-            .iter()
-            .map(|&id| {
-                let platform = &req.server(id).current_platform;
-                let Some(text) = platform.as_str() else { return platform_ms(platform) };
-                if let Some(&(_, ms)) = seen.iter().find(|(t, _)| crate::js::short_eq(t, text)) {
-                    return ms;
-                }
-                let ms = platform_ms(platform);
-                if seen.len() < 32 {
-                    seen.push((text, ms));
-                }
-                ms
-            })
-            .collect();
+        let shared = &*req;
+        let stamps: Vec<Option<f64>> = map_parts(servers, |part| {
+            // A datacenter runs a handful of platforms: each distinct stamp is read once.
+            let mut seen: HashMap<&str, Option<f64>, FxBuild> = HashMap::default();
+            part.iter()
+                .map(|&id| {
+                    let platform = &shared.server(id).current_platform;
+                    match platform.as_str() {
+                        Some(text) => *seen.entry(text).or_insert_with(|| platform_ms(platform)),
+                        None => platform_ms(platform),
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .concat();
         let oldest = stamps.iter().flatten().copied().reduce(f64::min).unwrap_or(0.0);
         let raws: Vec<(ServerId, f64)> =
             servers.iter().zip(&stamps).map(|(&id, ms)| (id, ms.unwrap_or(oldest))).collect();

@@ -16,10 +16,11 @@
 use super::shared::js_sort::js_sort_by;
 use super::shared::scoring::{linear_buckets, parse_js_date, to_iso_string, WEEK_MS};
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::map_servers;
 use crate::engine::{Reasons, Request, ServerId};
 use std::borrow::Cow;
 
-use crate::js::{js_gt, js_lt, str_lt, Js};
+use crate::js::{js_gt, js_lt, str_cmp, Js};
 
 pub struct ScoreNextReboot;
 
@@ -99,15 +100,18 @@ fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<V
     let mut scheduled: Vec<(ServerId, Cow<'_, Js>)> = Vec::new();
     let epoch = Js::str(EPOCH_ISO);
     let mut latest: &Js = &epoch;
-    for &id in servers {
+    let dates = map_servers(servers, |id| {
         let server = req.server(id);
         let next = primitive(&server.next_reboot);
         // A reboot before the last boot is stale: as good as none.
-        if !next.truthy() || js_lt(&next, &primitive(&server.last_boot)) || (strict && week_before(&next).is_none()) {
-            unscheduled.push(id);
-            continue;
+        let stale = !next.truthy() || js_lt(&next, &primitive(&server.last_boot));
+        (!stale && (!strict || week_before(&next).is_some())).then_some(next)
+    });
+    for (&id, next) in servers.iter().zip(dates) {
+        match next {
+            Some(next) => scheduled.push((id, next)),
+            None => unscheduled.push(id),
         }
-        scheduled.push((id, next));
     }
     for (_, next) in &scheduled {
         if js_lt(latest, next) {
@@ -125,16 +129,7 @@ fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<V
     let strings: Option<Vec<&str>> = scheduled.iter().map(|(_, next)| next.as_str()).collect();
     match strings {
         // Strings compare consistently, so the engine's sort gives the one stable order.
-        Some(texts) => order.sort_by(|&a, &b| {
-            let (x, y) = (texts[a], texts[b]);
-            if str_lt(x, y) {
-                std::cmp::Ordering::Less
-            } else if str_lt(y, x) {
-                std::cmp::Ordering::Greater
-            } else {
-                std::cmp::Ordering::Equal
-            }
-        }),
+        Some(texts) => order.sort_by(|&a, &b| str_cmp(texts[a], texts[b])),
         None => js_sort_by(&mut order, |&a, &b| {
             let (x, y) = (&*scheduled[a].1, &*scheduled[b].1);
             if js_gt(x, y) {

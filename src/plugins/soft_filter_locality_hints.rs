@@ -13,6 +13,7 @@ use super::shared::locality::{
     filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag, IGNORED_NON_STRICT,
 };
 use super::{Kind, Plugin, PluginError};
+use crate::engine::parallel::sift;
 use crate::engine::{Reasons, Request, ServerId};
 
 pub struct SoftFilterLocalityHints;
@@ -59,12 +60,12 @@ impl Plugin for SoftFilterLocalityHints {
 
 /// Keeps servers without any VM of the owner, unless there are none.
 fn spread_by_owner(req: &Request<'_>, servers: &[ServerId], reasons: &mut Reasons, owner: &str) -> Vec<ServerId> {
-    let (excluded, kept): (Vec<ServerId>, Vec<ServerId>) = servers.iter().partition(|&&id| req.hosts_vm_of(id, owner));
+    let (kept, excluded) = sift(servers, |id| req.hosts_vm_of(id, owner).then_some(()));
     if kept.is_empty() {
         reasons.all(format!("exclude: spread by owner{IGNORED_NON_STRICT}"));
         return servers.to_vec();
     }
-    for id in excluded {
+    for (id, ()) in excluded {
         reasons.set(req.key(id), "exclude: spread by owner");
     }
     kept

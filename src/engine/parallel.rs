@@ -1,0 +1,102 @@
+//! Looking at many servers on every core.
+//!
+//! With thousands of candidates a plugin's time goes to fetching each server's data from
+//! memory, one server after another; splitting the candidates over the cores divides that
+//! time. Below [`PARALLEL_FROM`] candidates starting a thread costs more than it saves, so
+//! small requests (CNAPI's usual tens of servers) stay on the calling thread. Results keep
+//! the candidates' order, so the answer is the same either way.
+
+use std::sync::OnceLock;
+
+use crate::engine::ServerId;
+
+/// The fewest candidates per core worth a thread of their own.
+pub const PARALLEL_FROM: usize = 1024;
+
+fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// `f` of each candidate, in the candidates' order.
+pub fn map_servers<T: Send>(ids: &[ServerId], f: impl Fn(ServerId) -> T + Sync) -> Vec<T> {
+    let parts = map_parts(ids, |part| part.iter().map(|&id| f(id)).collect::<Vec<T>>());
+    let mut parts = parts.into_iter();
+    let mut out = parts.next().unwrap_or_default();
+    for part in parts {
+        out.extend(part);
+    }
+    out
+}
+
+/// `f` of consecutive parts of the candidates (one per core when there are many, else
+/// one), in order.
+pub fn map_parts<'i, T: Send>(ids: &'i [ServerId], f: impl Fn(&'i [ServerId]) -> T + Sync) -> Vec<T> {
+    let threads = cores().min(ids.len() / PARALLEL_FROM).max(1);
+    if threads == 1 {
+        return vec![f(ids)];
+    }
+    let per_thread = ids.len().div_ceil(threads);
+    let f = &f;
+    std::thread::scope(|scope| {
+        let mut parts = ids.chunks(per_thread);
+        let mine = parts.next().unwrap_or_default();
+        // A thread that cannot be started leaves its part to this one.
+        let others: Vec<_> = parts
+            .map(|part| std::thread::Builder::new().spawn_scoped(scope, move || f(part)).map_err(|_| part))
+            .collect();
+        let mut out = Vec::with_capacity(threads);
+        out.push(f(mine));
+        for other in others {
+            out.push(match other {
+                Ok(handle) => handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                Err(part) => f(part),
+            });
+        }
+        out
+    })
+}
+
+/// The candidates `check` passes (`None`), and the others with what `check` said of them,
+/// both in the candidates' order.
+pub fn sift<M: Send>(
+    ids: &[ServerId],
+    check: impl Fn(ServerId) -> Option<M> + Sync,
+) -> (Vec<ServerId>, Vec<(ServerId, M)>) {
+    let verdicts = map_servers(ids, check);
+    let mut kept = Vec::with_capacity(ids.len());
+    let mut removed = Vec::new();
+    for (&id, verdict) in ids.iter().zip(verdicts) {
+        match verdict {
+            None => kept.push(id),
+            Some(why) => removed.push((id, why)),
+        }
+    }
+    (kept, removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_candidates_give_the_same_answer_in_the_same_order() {
+        for n in [0, 1, 5, PARALLEL_FROM - 1, PARALLEL_FROM * 2 + 7, PARALLEL_FROM * 5] {
+            let ids: Vec<ServerId> = (0..n).rev().collect();
+            assert_eq!(map_servers(&ids, |id| id * 3), ids.iter().map(|id| id * 3).collect::<Vec<_>>());
+            let (kept, removed) = sift(&ids, |id| (id % 3 == 0).then(|| format!("{id} is a multiple of 3")));
+            assert_eq!(kept, ids.iter().copied().filter(|id| id % 3 != 0).collect::<Vec<_>>());
+            let expected: Vec<_> =
+                ids.iter().filter(|&&id| id % 3 == 0).map(|&id| (id, format!("{id} is a multiple of 3"))).collect();
+            assert_eq!(removed, expected);
+        }
+    }
+
+    #[test]
+    fn a_panic_on_another_core_reaches_the_caller() {
+        let ids: Vec<ServerId> = (0..PARALLEL_FROM * 4).collect();
+        let last = *ids.last().unwrap_or(&0);
+        let caught = std::panic::catch_unwind(|| map_servers(&ids, |id| assert_ne!(id, last, "a bug")));
+        assert!(caught.is_err());
+    }
+}
