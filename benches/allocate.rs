@@ -388,7 +388,7 @@ impl Client {
         let mut line = String::new();
         self.reader.read_line(&mut line)?;
         let status = line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-        let mut length = None;
+        let (mut length, mut chunked) = (None, false);
         loop {
             line.clear();
             if self.reader.read_line(&mut line)? == 0 {
@@ -402,12 +402,35 @@ impl Client {
                 if k.eq_ignore_ascii_case("content-length") {
                     length = v.trim().parse::<usize>().ok();
                 }
+                chunked |= k.eq_ignore_ascii_case("transfer-encoding") && v.trim() == "chunked";
             }
+        }
+        if chunked {
+            return Ok((status, self.read_chunks()?));
         }
         let length = length.ok_or_else(|| std::io::Error::other("answer without Content-Length"))?;
         let mut answer = vec![0; length];
         self.reader.read_exact(&mut answer)?;
         Ok((status, answer))
+    }
+
+    /// A chunked answer (big ones are sent while they are written).
+    fn read_chunks(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut answer = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line)?;
+            let size = usize::from_str_radix(line.trim(), 16).map_err(std::io::Error::other)?;
+            let start = answer.len();
+            answer.resize(start + size, 0);
+            self.reader.read_exact(&mut answer[start..])?;
+            line.clear();
+            self.reader.read_line(&mut line)?;
+            if size == 0 {
+                return Ok(answer);
+            }
+        }
     }
 }
 

@@ -152,9 +152,9 @@ pub struct AllocateAnswer<'a> {
 impl serde::Serialize for AllocateAnswer<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::Error;
-        let bytes = self
-            .allocation
-            .write_answer(self.raw_servers, self.servers, StepsFormat::Full)
+        let mut bytes = Vec::with_capacity(self.allocation.answer_size_hint(self.servers.len(), StepsFormat::Full));
+        self.allocation
+            .write_answer(self.raw_servers, self.servers, StepsFormat::Full, &mut bytes, &mut |_| {})
             .map_err(S::Error::custom)?;
         let text = String::from_utf8(bytes).map_err(S::Error::custom)?;
         RawValue::from_string(text).map_err(S::Error::custom)?.serialize(s)
@@ -164,28 +164,33 @@ impl serde::Serialize for AllocateAnswer<'_> {
 impl Allocation {
     /// `{"server": {...} | null, "steps": [...]}`, as `POST /allocate` answers, as JSON.
     pub fn answer_json(&self, body: &AllocateBody<'_>, format: StepsFormat) -> serde_json::Result<Vec<u8>> {
-        self.write_answer(&body.raw_servers, &body.servers, format)
+        let mut out = Vec::with_capacity(self.answer_size_hint(body.servers.len(), format));
+        self.write_answer(&body.raw_servers, &body.servers, format, &mut out, &mut |_| {})?;
+        Ok(out)
     }
 
-    fn write_answer(
+    /// [`Allocation::answer_json`] appended to `out`, calling `part_done` after each step
+    /// (see [`StepsView::write_json_in_parts`]).
+    pub fn write_answer(
         &self,
         raw_servers: &[&str],
         servers: &[Server<'_>],
         format: StepsFormat,
-    ) -> serde_json::Result<Vec<u8>> {
-        let mut out = Vec::with_capacity(self.answer_size_hint(servers.len(), format));
+        out: &mut Vec<u8>,
+        part_done: &mut dyn FnMut(&mut Vec<u8>),
+    ) -> serde_json::Result<()> {
         out.extend_from_slice(b"{\"server\":");
         match self.chosen {
             Some(id) => {
                 let server = summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]);
-                serde_json::to_writer(&mut out, &server)?;
+                serde_json::to_writer(&mut *out, &server)?;
             }
             None => out.extend_from_slice(b"null"),
         }
         out.extend_from_slice(b",\"steps\":");
-        self.steps_view(servers, format).write_json(&mut out);
+        self.steps_view(servers, format).write_json_in_parts(out, part_done);
         out.push(b'}');
-        Ok(out)
+        Ok(())
     }
 
     /// The full-format answer as a serde value (the service writes [`Allocation::answer_json`]).

@@ -66,6 +66,12 @@ pub struct StepsView<'a> {
 impl StepsView<'_> {
     /// The steps as a JSON array, appended to `out` (what serde_json would write).
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_json_in_parts(out, &mut |_| {});
+    }
+
+    /// [`StepsView::write_json`], calling `part_done` after each step: it may take what
+    /// `out` holds so far (to send it on), so a big answer need not be held whole.
+    pub fn write_json_in_parts(&self, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
         let uuids = UuidJson::new(self.servers);
         out.push(b'[');
         match self.format {
@@ -78,6 +84,7 @@ impl StepsView<'_> {
                     write_step_head(out, step.name, "remaining");
                     uuids.write_list(out, step.remaining.iter().copied());
                     write_reasons(out, &step.reasons);
+                    part_done(out);
                 }
             }
             StepsFormat::Removed => {
@@ -104,6 +111,7 @@ impl StepsView<'_> {
                     out.extend_from_slice(b",\"remaining_count\":");
                     out.extend_from_slice(step.remaining.len().to_string().as_bytes());
                     write_reasons(out, &step.reasons);
+                    part_done(out);
                 }
             }
         }

@@ -10,12 +10,17 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::errors::ApiError;
+use super::stream;
 use super::{AppState, Outcome};
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
 
-fn json_response(status: StatusCode, body: Vec<u8>, outcome: Outcome) -> Response {
+fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
+    let body = match body.into() {
+        AnswerBody::Whole(bytes) => Body::from(bytes),
+        AnswerBody::Streamed(parts) => Body::new(parts),
+    };
     let mut response = (status, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response.extensions_mut().insert(outcome);
@@ -71,12 +76,17 @@ pub struct BodySeen {
 /// How a request's work hands back its result: as soon as the answer is ready, so that
 /// freeing the parsed request (a few ms at datacenter scale) happens after the answer has
 /// left, still within the request's permit.
-pub struct Reply<T>(tokio::sync::oneshot::Sender<Result<T, ApiError>>);
+/// Sending also gives back the request's core: what follows (sending a streamed answer,
+/// freeing) waits on the client or the allocator rather than computing.
+pub struct Reply<T> {
+    tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
+    _core: tokio::sync::OwnedSemaphorePermit,
+}
 
 impl<T> Reply<T> {
     fn send(self, result: Result<T, ApiError>) {
         // The request may have timed out and gone: nobody is left to answer.
-        let _ = self.0.send(result);
+        let _ = self.tx.send(result);
     }
 }
 
@@ -135,8 +145,8 @@ async fn run_limited<T: Send + 'static>(
         let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let task = tokio::task::spawn_blocking(move || {
-            let (_permit, _core) = (permit, core);
-            work(engine, bytes, Reply(tx));
+            let _permit = permit;
+            work(engine, bytes, Reply { tx, _core: core });
         });
         match rx.await {
             Ok(result) => result,
@@ -182,51 +192,99 @@ pub fn failure_reason(steps: &[Step]) -> String {
     }
 }
 
-fn answer_allocation(
-    body: &AllocateBody<'_>,
-    allocation: &Allocation,
-    format: StepsFormat,
-) -> Result<Answer, ApiError> {
+/// The status and log outcome of an allocation.
+fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
     let servers = body.servers.len();
     match allocation.chosen {
-        Some(id) => {
-            let answer = allocation.answer_json(body, format).map_err(|e| ApiError::Internal(e.to_string()))?;
-            let uuid = body.servers[id].reason_key();
-            Ok((StatusCode::OK, answer, Outcome::Allocated { servers, uuid }))
-        }
-        None => {
-            let reason = failure_reason(&allocation.steps);
-            // {"code", "message", "steps"}, written the way the 200 answer is.
-            let mut out = Vec::with_capacity(allocation.answer_size_hint(servers, format));
-            out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
-            write_json_str(&mut out, &format!("No compute resources available: {reason}"));
-            out.extend_from_slice(br#","steps":"#);
-            allocation.steps_view(&body.servers, format).write_json(&mut out);
-            out.push(b'}');
-            Ok((StatusCode::CONFLICT, out, Outcome::NoServer { servers, reason }))
-        }
+        Some(id) => (StatusCode::OK, Outcome::Allocated { servers, uuid: body.servers[id].reason_key() }),
+        None => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: failure_reason(&allocation.steps) }),
     }
 }
 
-type Answer = (StatusCode, Vec<u8>, Outcome);
+/// The answer's body (200: server and steps; 409: CNAPI's error and the steps), appended
+/// to `out`, with `part_done` called after each step.
+fn write_allocation(
+    body: &AllocateBody<'_>,
+    allocation: &Allocation,
+    format: StepsFormat,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), ApiError> {
+    if allocation.chosen.is_some() {
+        return allocation
+            .write_answer(&body.raw_servers, &body.servers, format, out, part_done)
+            .map_err(|e| ApiError::Internal(e.to_string()));
+    }
+    // {"code", "message", "steps"}, written the way the 200 answer is.
+    let reason = failure_reason(&allocation.steps);
+    out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
+    write_json_str(out, &format!("No compute resources available: {reason}"));
+    out.extend_from_slice(br#","steps":"#);
+    allocation.steps_view(&body.servers, format).write_json_in_parts(out, part_done);
+    out.push(b'}');
+    Ok(())
+}
 
-/// Parses, validates and allocates one body; the answer. The parsed request and its
-/// allocation are left in `kept` for the caller to free once the answer is sent.
+/// An answer's body: whole, or (big ones) sent while it is written.
+pub enum AnswerBody {
+    Whole(Vec<u8>),
+    Streamed(stream::StreamedBody),
+}
+
+impl From<Vec<u8>> for AnswerBody {
+    fn from(bytes: Vec<u8>) -> AnswerBody {
+        AnswerBody::Whole(bytes)
+    }
+}
+
+/// Answers expected to be bigger than this are streamed.
+const STREAM_FROM: usize = 1 << 20;
+
+/// Parses, validates and allocates one body.
 fn allocate_body<'a>(
     engine: &Engine,
     app: &AppState,
     bytes: &'a [u8],
-    format: StepsFormat,
-    kept: &mut Option<(AllocateBody<'a>, Allocation)>,
-) -> Result<Answer, ApiError> {
+) -> Result<(AllocateBody<'a>, Allocation), ApiError> {
     let mut request = parse_allocate_body(bytes).map_err(body_error)?;
     check_size(app, &request.servers)?;
     validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
     let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
     app.metrics.record_steps(&allocation.steps);
-    let answer = answer_allocation(&request, &allocation, format);
-    *kept = Some((request, allocation));
-    answer
+    Ok((request, allocation))
+}
+
+/// Writes the answer and replies with it: whole when small; when big, the reply (status,
+/// headers) goes first and the body follows in parts as it is written.
+fn reply_allocation(
+    request: &AllocateBody<'_>,
+    allocation: &Allocation,
+    format: StepsFormat,
+    patience: Duration,
+    reply: Reply<(StatusCode, AnswerBody, Outcome)>,
+) {
+    let (status, outcome) = outcome_of(request, allocation);
+    let size = allocation.answer_size_hint(request.servers.len(), format);
+    if size < STREAM_FROM {
+        let mut out = Vec::with_capacity(size);
+        let written = write_allocation(request, allocation, format, &mut out, &mut |_| {});
+        return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)));
+    }
+    let (mut parts, body) = stream::channel(patience);
+    reply.send(Ok((status, AnswerBody::Streamed(body), outcome)));
+    let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
+    match write_allocation(request, allocation, format, &mut out, &mut |out| parts.part_done(out, false)) {
+        Ok(()) => {
+            parts.part_done(&mut out, true);
+            if !parts.delivered() {
+                tracing::warn!("the client hung up or stopped reading before the whole answer was sent");
+            }
+        }
+        Err(e) => {
+            tracing::error!(error = ?e, "could not finish a streamed answer");
+            parts.fail(&format!("{e:?}"));
+        }
+    }
 }
 
 /// The `steps` query parameter: `full` (the default) or `removed`.
@@ -277,10 +335,13 @@ pub async fn allocate(
         Err(e) => return e.into_response(),
     };
     let app2 = app.clone();
+    let patience = Duration::from_millis(app.limits().request_timeout_ms);
     let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes, reply| {
-        let mut kept = None;
-        reply.send(allocate_body(&engine, &app2, &bytes, format, &mut kept));
-        // `kept` (the parsed request and its allocation) is freed after the answer left.
+        match allocate_body(&engine, &app2, &bytes) {
+            Ok((request, allocation)) => reply_allocation(&request, &allocation, format, patience, reply),
+            Err(e) => reply.send(Err(e)),
+        }
+        // The parsed request is freed here, after the answer has left.
     })
     .await;
     respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))

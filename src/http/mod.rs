@@ -10,6 +10,7 @@ mod handlers;
 pub mod logging;
 mod metrics;
 pub mod openapi;
+mod stream;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};

@@ -1,0 +1,71 @@
+//! Big answers (megabytes of steps) are sent while they are written: the bytes must be
+//! exactly those of a small answer written whole.
+
+mod common;
+
+use common::{example_request, send, start};
+use dapi::engine::StepsFormat;
+use serde_json::{json, Value};
+
+/// The example request with its servers repeated `copies` times under new uuids.
+fn datacenter(copies: usize) -> Value {
+    let mut req = example_request();
+    let servers = req["servers"].as_array().cloned().unwrap_or_default();
+    let mut many = Vec::new();
+    for i in 0..copies {
+        for (j, server) in servers.iter().enumerate() {
+            let mut server = server.clone();
+            server["uuid"] = json!(format!("{i:08x}-0000-4000-8000-{j:012x}"));
+            many.push(server);
+        }
+    }
+    req["servers"] = json!(many);
+    req["seed"] = json!(11);
+    req
+}
+
+/// What the engine answers, written whole.
+fn expected(body: &[u8], format: StepsFormat) -> Vec<u8> {
+    let config = dapi::config::ServiceConfig::load(None, Vec::new()).expect("default config");
+    let engine = config.engine().expect("engine");
+    let mut request = dapi::model::parse_allocate_body(body).unwrap_or_else(|_| panic!("the body parses"));
+    dapi::validate::validate_allocate(&mut request).expect("valid");
+    let allocation = engine.allocate(&request).expect("allocation");
+    allocation.answer_json(&request, format).expect("answer")
+}
+
+async fn post(addr: std::net::SocketAddr, body: &[u8]) -> common::Reply {
+    send(addr, "POST", "/allocate", &[("Content-Type", "application/json")], body).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_answer_is_streamed_byte_for_byte() {
+    let s = start(&[]).await;
+    let body = serde_json::to_vec(&datacenter(500)).expect("body");
+    let reply = post(s.addr, &body).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("transfer-encoding"), Some("chunked"), "a big answer is sent in parts");
+    let want = expected(&body, StepsFormat::Full);
+    assert!(want.len() > 1 << 20, "the answer is big: {} bytes", want.len());
+    assert!(reply.body == want, "streamed answer differs from the whole one");
+
+    // A small one keeps its Content-Length.
+    let small = serde_json::to_vec(&datacenter(1)).expect("body");
+    let reply = post(s.addr, &small).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("content-length"), Some(expected(&small, StepsFormat::Full).len().to_string().as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_409_is_streamed_too() {
+    let s = start(&[]).await;
+    let mut req = datacenter(500);
+    req["vm"]["internal_metadata"] = json!({"force_designation_failure": true});
+    let reply = post(s.addr, &serde_json::to_vec(&req).expect("body")).await;
+    assert_eq!(reply.status, 409);
+    let answer = reply.json();
+    assert_eq!(answer["code"], "NoAllocatableServersError");
+    let steps = answer["steps"].as_array().expect("steps");
+    assert_eq!(steps[0]["remaining"].as_array().map(Vec::len), Some(2000));
+    assert_eq!(steps.last().map(|s| s["step"].clone()), Some(json!("Forced failure")));
+}
