@@ -277,3 +277,43 @@ async fn beyond_the_concurrency_limit_requests_get_503_at_once() {
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(post_json(s.addr, "/allocate", &example_request()).await.status, 200, "the permit came back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_one_request_after_another_is_never_refused() {
+    // With one permit, each answer must give it back before the client can see the answer.
+    let s = start(&[("DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS", "1")]).await;
+    let body = serde_json::to_vec(&example_request()).expect("body");
+    let mut stream = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    for i in 0..100 {
+        let reply = keep_alive_post(&mut stream, &body).await;
+        assert_eq!(reply.status, 200, "request {i} on one connection");
+    }
+    for i in 0..20 {
+        assert_eq!(post_json(s.addr, "/allocate", &example_request()).await.status, 200, "request {i}");
+    }
+}
+
+/// One POST /allocate on a kept-alive connection; reads exactly its answer.
+async fn keep_alive_post(stream: &mut tokio::net::TcpStream, body: &[u8]) -> common::Reply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let head = format!(
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // One write: a head and a body written apart meet Nagle and delayed ACKs (40 ms each).
+    stream.write_all(&[head.as_bytes(), body].concat()).await.expect("request");
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        let n = stream.read(&mut buf).await.expect("read");
+        assert!(n > 0, "connection closed");
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let reply = common::parse_reply(&raw[..split + 4]);
+            let length: usize = reply.header("content-length").and_then(|v| v.parse().ok()).expect("length");
+            if raw.len() >= split + 4 + length {
+                return common::parse_reply(&raw);
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@ use axum::body::{Body, HttpBody};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::errors::ApiError;
 use super::stream;
@@ -75,18 +76,31 @@ pub struct BodySeen {
 
 /// How a request's work hands back its result: as soon as the answer is ready, so that
 /// freeing the parsed request (a few ms at datacenter scale) happens after the answer has
-/// left, still within the request's permit.
-/// Sending also gives back the request's core: what follows (sending a streamed answer,
-/// freeing) waits on the client or the allocator rather than computing.
+/// left. Sending also gives back the request's core and its permit: the request is
+/// answered, so its client may send the next one at once and not be refused.
 pub struct Reply<T> {
     tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
-    _core: tokio::sync::OwnedSemaphorePermit,
+    _core: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 }
 
 impl<T> Reply<T> {
     fn send(self, result: Result<T, ApiError>) {
+        let Reply { tx, _core, permit } = self;
+        // Given back before the answer leaves, or the client's next request could find
+        // them still taken.
+        drop((_core, permit));
         // The request may have timed out and gone: nobody is left to answer.
-        let _ = self.tx.send(result);
+        let _ = tx.send(result);
+    }
+
+    /// Sends the head of an answer whose body follows in parts: the permit stays with the
+    /// caller until the last part is sent (the request is held until then).
+    fn send_head(self, result: Result<T, ApiError>) -> OwnedSemaphorePermit {
+        let Reply { tx, _core, permit } = self;
+        drop(_core);
+        let _ = tx.send(result);
+        permit
     }
 }
 
@@ -120,8 +134,9 @@ fn check_size(app: &AppState, servers: &[Server]) -> Result<(), ApiError> {
 
 /// Takes a concurrency permit (or answers 503 at once, before reading anything), reads the
 /// body, waits for a free core and runs `work` on it in the blocking pool, all within the
-/// request timeout. Memory stays bounded: at most `max_concurrent_allocations` bodies are
-/// held at a time; at most one allocation per core computes at a time.
+/// request timeout. Memory stays bounded: at most `max_concurrent_allocations` requests are
+/// held at a time (plus those answered and being freed, for a few ms); at most one
+/// allocation per core computes at a time.
 async fn run_limited<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
@@ -144,10 +159,7 @@ async fn run_limited<T: Send + 'static>(
         // The semaphore is never closed, so waiting only ends with a core.
         let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::task::spawn_blocking(move || {
-            let _permit = permit;
-            work(engine, bytes, Reply { tx, _core: core });
-        });
+        let task = tokio::task::spawn_blocking(move || work(engine, bytes, Reply { tx, _core: core, permit }));
         match rx.await {
             Ok(result) => result,
             // The work ended without answering: it panicked.
@@ -271,7 +283,7 @@ fn reply_allocation(
         return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)));
     }
     let (mut parts, body) = stream::channel(patience);
-    reply.send(Ok((status, AnswerBody::Streamed(body), outcome)));
+    let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
     match write_allocation(request, allocation, format, &mut out, &mut |out| parts.part_done(out, false)) {
         Ok(()) => {
