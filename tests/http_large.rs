@@ -69,3 +69,40 @@ async fn a_big_409_is_streamed_too() {
     assert_eq!(steps[0]["remaining"].as_array().map(Vec::len), Some(2000));
     assert_eq!(steps.last().map(|s| s["step"].clone()), Some(json!("Forced failure")));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_body_is_read_as_it_arrives_with_the_same_answers() {
+    let s = start(&[]).await;
+    let req = datacenter(500);
+    let body = serde_json::to_vec(&req).expect("body");
+    assert!(body.len() > 1 << 20, "big enough to be read while it arrives");
+
+    // The members in another order: read whole, same answer.
+    let mut reordered = serde_json::Map::new();
+    for key in ["vm", "image", "package", "tickets", "seed", "servers"] {
+        if let Some(v) = req.get(key) {
+            reordered.insert(key.into(), v.clone());
+        }
+    }
+    let reordered = serde_json::to_vec(&reordered).expect("body");
+    let reply = post(s.addr, &reordered).await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.body == expected(&reordered, StepsFormat::Full));
+
+    // Broken JSON at the very end, and a server the schema refuses: the same errors as
+    // for a body read whole.
+    let mut broken = body.clone();
+    broken.pop();
+    let reply = post(s.addr, &broken).await;
+    assert_eq!(reply.status, 400);
+    let Err(dapi::model::BodyError::Malformed(message)) = dapi::model::parse_allocate_body(&broken) else {
+        panic!("a body cut short is malformed")
+    };
+    assert_eq!(reply.json()["message"], json!(message));
+
+    let mut bad = req.clone();
+    bad["servers"][1500] = json!(7);
+    let reply = post(s.addr, &serde_json::to_vec(&bad).expect("body")).await;
+    assert_eq!(reply.status, 422);
+    assert_eq!(reply.json()["errors"][0]["field"], "servers[1500]");
+}

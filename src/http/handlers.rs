@@ -14,7 +14,9 @@ use super::errors::ApiError;
 use super::stream;
 use super::{AppState, Outcome};
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
-use crate::model::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server};
+use crate::model::{
+    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, Arriving, BodyError, Server,
+};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
 
 fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
@@ -40,32 +42,72 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// Reads the whole body, refusing more than `limit` bytes; its size and digest come with it.
-///
-/// The body is read frame by frame into one buffer sized from `Content-Length`, so a large
-/// request is held once (collecting the frames first and then joining them would hold it
-/// twice). Each frame is digested as it arrives, while the client is still sending.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<(Vec<u8>, BodySeen), ApiError> {
+/// The body's declared length, refused when over `limit`.
+fn declared_length(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::TooLarge(limit));
+    match declared {
+        Some(n) if n > limit => Err(ApiError::TooLarge(limit)),
+        _ => Ok(declared),
     }
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+}
+
+/// Reads the body frame by frame, handing each to `keep`, refusing more than `limit`
+/// bytes; its size and digest (each frame digested as it arrives, while the client is
+/// still sending).
+async fn read_frames(
+    body: Body,
+    limit: usize,
+    mut keep: impl FnMut(&[u8]) -> Result<(), ApiError>,
+) -> Result<BodySeen, ApiError> {
     let mut digest = crate::config::Digest::default();
+    let mut bytes = 0;
     let mut body = std::pin::pin!(body);
     while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
         let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
         if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
+            if bytes + data.len() > limit {
                 return Err(ApiError::TooLarge(limit));
             }
-            buf.extend_from_slice(&data);
+            bytes += data.len();
+            keep(&data)?;
             digest.update(&data);
         }
     }
-    let seen = BodySeen { bytes: buf.len(), digest: digest.finish() };
+    Ok(BodySeen { bytes, digest: digest.finish() })
+}
+
+/// Reads the whole body into one buffer sized from `Content-Length`, so a large request is
+/// held once (collecting the frames first and then joining them would hold it twice).
+async fn read_body(declared: Option<usize>, body: Body, limit: usize) -> Result<(Vec<u8>, BodySeen), ApiError> {
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let seen = read_frames(body, limit, |data| {
+        buf.extend_from_slice(data);
+        Ok(())
+    })
+    .await?;
     Ok((buf, seen))
 }
+
+/// A request body as handed to the work: whole, or (big allocations) still arriving.
+pub enum Received {
+    Whole(Vec<u8>),
+    Arriving(Arc<Arriving>),
+}
+
+impl Received {
+    /// The whole body (waiting for the rest of an arriving one); `None` if it never came.
+    fn whole(&self) -> Option<&[u8]> {
+        match self {
+            Received::Whole(bytes) => Some(bytes),
+            Received::Arriving(body) => body.complete(),
+        }
+    }
+}
+
+/// Bodies at least this big are read while they arrive (when the endpoint can). Smaller
+/// ones (CNAPI's usual tens of servers) arrive in a fraction of a millisecond: they are
+/// read whole and parsed under the one-per-core gate, which serves many of them best.
+const ARRIVING_FROM: usize = 1 << 20;
 
 /// Size and digest of a request body, logged instead of the body itself.
 #[derive(Debug, Clone)]
@@ -80,13 +122,23 @@ pub struct BodySeen {
 /// answered, so its client may send the next one at once and not be refused.
 pub struct Reply<T> {
     tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
-    _core: OwnedSemaphorePermit,
+    core: Option<OwnedSemaphorePermit>,
+    cores: Arc<tokio::sync::Semaphore>,
     permit: OwnedSemaphorePermit,
 }
 
 impl<T> Reply<T> {
+    /// Waits for a core unless the request holds one already (a body read while it
+    /// arrived is parsed without one: that work mostly waits on the network).
+    fn computing(&mut self) {
+        if self.core.is_none() {
+            let cores = self.cores.clone();
+            self.core = tokio::runtime::Handle::current().block_on(cores.acquire_owned()).ok();
+        }
+    }
+
     fn send(self, result: Result<T, ApiError>) {
-        let Reply { tx, _core, permit } = self;
+        let Reply { tx, core: _core, permit, .. } = self;
         // Given back before the answer leaves, or the client's next request could find
         // them still taken.
         drop((_core, permit));
@@ -97,8 +149,8 @@ impl<T> Reply<T> {
     /// Sends the head of an answer whose body follows in parts: the permit stays with the
     /// caller until the last part is sent (the request is held until then).
     fn send_head(self, result: Result<T, ApiError>) -> OwnedSemaphorePermit {
-        let Reply { tx, _core, permit } = self;
-        drop(_core);
+        let Reply { tx, core, permit, .. } = self;
+        drop(core);
         let _ = tx.send(result);
         permit
     }
@@ -141,7 +193,8 @@ async fn run_limited<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
     body: Body,
-    work: impl FnOnce(Arc<Engine>, Vec<u8>, Reply<T>) + Send + 'static,
+    arriving: bool,
+    work: impl FnOnce(Arc<Engine>, Received, Reply<T>) + Send + 'static,
 ) -> (Option<BodySeen>, Result<T, ApiError>) {
     if let Err(e) = check_content_type(headers) {
         return (None, Err(e));
@@ -154,12 +207,36 @@ async fn run_limited<T: Send + 'static>(
     let engine = app.engine();
     let mut seen = None;
     let run = async {
-        let (bytes, body_seen) = read_body(headers, body, limits.max_body_bytes).await?;
-        seen = Some(body_seen);
-        // The semaphore is never closed, so waiting only ends with a core.
-        let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+        let declared = declared_length(headers, limits.max_body_bytes)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::task::spawn_blocking(move || work(engine, bytes, Reply { tx, _core: core, permit }));
+        let cores = app.cpu_slots.clone();
+        let task = match declared.filter(|&n| arriving && n >= ARRIVING_FROM) {
+            // Read while it arrives: the work starts now, and takes a core once parsed.
+            Some(len) => {
+                let (body_so_far, mut writer) = Arriving::new(len);
+                let reply = Reply { tx, core: None, cores, permit };
+                let task = tokio::task::spawn_blocking(move || work(engine, Received::Arriving(body_so_far), reply));
+                let too_long = || ApiError::Malformed("the body is longer than its Content-Length".into());
+                seen = Some(
+                    read_frames(body, limits.max_body_bytes, |data| {
+                        writer.push(data).then_some(()).ok_or_else(too_long)
+                    })
+                    .await?,
+                );
+                if !writer.finish() {
+                    return Err(ApiError::Malformed("the body is shorter than its Content-Length".into()));
+                }
+                task
+            }
+            None => {
+                let (bytes, body_seen) = read_body(declared, body, limits.max_body_bytes).await?;
+                seen = Some(body_seen);
+                // The semaphore is never closed, so waiting only ends with a core.
+                let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+                let reply = Reply { tx, core: Some(core), cores, permit };
+                tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
+            }
+        };
         match rx.await {
             Ok(result) => result,
             // The work ended without answering: it panicked.
@@ -252,13 +329,19 @@ impl From<Vec<u8>> for AnswerBody {
 /// Answers expected to be bigger than this are streamed.
 const STREAM_FROM: usize = 1 << 20;
 
-/// Parses, validates and allocates one body.
-fn allocate_body<'a>(
+/// Parses (while it arrives, if it does), then with a core validates and allocates one body.
+fn allocate_body<'a, T>(
     engine: &Engine,
     app: &AppState,
-    bytes: &'a [u8],
+    received: &'a Received,
+    reply: &mut Reply<T>,
 ) -> Result<(AllocateBody<'a>, Allocation), ApiError> {
-    let mut request = parse_allocate_body(bytes).map_err(body_error)?;
+    let parsed = match received {
+        Received::Whole(bytes) => parse_allocate_body(bytes),
+        Received::Arriving(body) => parse_arriving_allocate_body(body),
+    };
+    let mut request = parsed.map_err(body_error)?;
+    reply.computing();
     check_size(app, &request.servers)?;
     validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
     let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -348,8 +431,8 @@ pub async fn allocate(
     };
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
-    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes, reply| {
-        match allocate_body(&engine, &app2, &bytes) {
+    let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
+        match allocate_body(&engine, &app2, &received, &mut reply) {
             Ok((request, allocation)) => reply_allocation(&request, &allocation, format, patience, reply),
             Err(e) => reply.send(Err(e)),
         }
@@ -378,9 +461,10 @@ pub async fn allocate(
 )]
 pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (seen, result) = run_limited(&app, &headers, body, move |engine, bytes, reply| {
+    let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, reply| {
         let result = (|| {
-            let (_, servers) = parse_capacity_body(&bytes).map_err(body_error)?;
+            let bytes = received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
+            let (_, servers) = parse_capacity_body(bytes).map_err(body_error)?;
             check_size(&app2, &servers)?;
             validate_server_list(&servers).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
             let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -474,7 +558,7 @@ mod tests {
         let app = Arc::new(AppState::new(config, None).expect("state"));
         let (permits, cores) = (app.permits.available_permits(), app.cpu_slots.available_permits());
         let (seen, result) =
-            run_limited(&app, &HeaderMap::new(), Body::from("{}"), |_, _, _: Reply<()>| panic!("a bug")).await;
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, |_, _, _: Reply<()>| panic!("a bug")).await;
         assert!(matches!(result, Err(ApiError::Internal(_))), "{result:?}");
         assert_eq!(seen.map(|s| s.bytes), Some(2));
         assert_eq!(app.permits.available_permits(), permits);
@@ -488,13 +572,14 @@ mod tests {
         let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
         let app = Arc::new(AppState::new(config, None).expect("state"));
         let (freed_tx, freed_rx) = std::sync::mpsc::channel();
-        let (_, result) = run_limited(&app, &HeaderMap::new(), Body::from("{}"), move |_, _, reply| {
-            reply.send(Ok(7));
-            // Freeing takes a while; the answer is already on its way.
-            std::thread::sleep(Duration::from_millis(200));
-            let _ = freed_tx.send(());
-        })
-        .await;
+        let (_, result) =
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, move |_, _, reply: Reply<i32>| {
+                reply.send(Ok(7));
+                // Freeing takes a while; the answer is already on its way.
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = freed_tx.send(());
+            })
+            .await;
         assert_eq!(result.ok(), Some(7));
         assert!(freed_rx.try_recv().is_err(), "the answer waited for the freeing");
         assert!(freed_rx.recv_timeout(Duration::from_secs(5)).is_ok());

@@ -6,12 +6,16 @@
 //! plugins apply JS coercion through [`crate::js`]. Wire names that do not carry a unit get
 //! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored.
 
+mod arriving;
 mod cursor;
 mod request;
 mod shape;
 mod vms;
 
-pub use request::{parse_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType};
+pub use arriving::{Arriving, Writer as ArrivingWriter};
+pub use request::{
+    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType,
+};
 pub use shape::{EmptyValue, Shape};
 pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 

@@ -8,6 +8,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::arriving::{Arriving, Progress};
 use super::cursor::Cursor;
 use super::{Image, Package, Server, Ticket, VmMap, VmPayload};
 use crate::js::Js;
@@ -129,6 +130,9 @@ fn parse_servers<'a>(
     (errors.len() == before).then_some((raws.iter().map(|r| r.get()).collect(), servers))
 }
 
+/// The top-level members but `servers`, and `servers`.
+type Walked<'a> = (TopLevel<'a>, Option<ServersMember<'a>>);
+
 /// The `servers` member as read in the one pass over the body.
 enum ServersMember<'a> {
     /// An array: each server's text and typed form, or the problems of its elements.
@@ -249,10 +253,18 @@ impl<'a> Cursor<'a> {
 
     /// The top-level object: every member but `servers` as raw JSON (a repeated key keeps
     /// its first position and its last value, as `JSON.parse` does).
-    fn allocate_body(&mut self) -> serde_json::Result<(TopLevel<'a>, Option<ServersMember<'a>>)> {
-        let (mut top, mut servers) = (TopLevel::new(), None);
+    fn allocate_body(&mut self) -> serde_json::Result<Walked<'a>> {
         self.expect(b'{')?;
-        let mut first = true;
+        self.allocate_body_members(TopLevel::new(), None, true)
+    }
+
+    /// The top-level members from the cursor on, after `first` (whether none came yet).
+    fn allocate_body_members(
+        &mut self,
+        mut top: TopLevel<'a>,
+        mut servers: Option<ServersMember<'a>>,
+        mut first: bool,
+    ) -> serde_json::Result<Walked<'a>> {
         while !self.eat(b'}') {
             if !first {
                 self.expect(b',')?;
@@ -345,7 +357,27 @@ const SERVER_FIELDS: [&str; 25] = [
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
     let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
-    let (top, servers_member) = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
+    let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
+    read_allocate_body(walked)
+}
+
+/// [`parse_allocate_body`] of a body still arriving: its servers are read as they come, so
+/// that little is left to do when the last byte is in. The answer is the same: anything
+/// unusual (`servers` not first, an invalid server, bad JSON) waits for the whole body and
+/// reads it as [`parse_allocate_body`] does.
+pub fn parse_arriving_allocate_body(body: &Arriving) -> Result<AllocateBody<'_>, BodyError> {
+    if let Some(walked) = walk_arriving(body) {
+        return read_allocate_body(walked);
+    }
+    match body.complete() {
+        Some(bytes) => parse_allocate_body(bytes),
+        None => Err(BodyError::Malformed("the body did not arrive whole".into())),
+    }
+}
+
+/// The typed request from the walked top level.
+fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError> {
+    let (top, servers_member) = walked;
     let get = |names: &[&str]| names.iter().find_map(|n| top.get(*n).copied());
     let mut errors = Vec::new();
 
@@ -451,9 +483,207 @@ pub fn parse_capacity_body(body: &[u8]) -> Result<(Vec<&str>, Vec<Server<'_>>), 
     }
 }
 
+/// The validated text of an arriving body, growing as bytes come.
+struct ArrivingText<'a> {
+    body: &'a Arriving,
+    valid: usize,
+    /// Whether some text was given already (a call that adds nothing to it gives `None`).
+    given: bool,
+}
+
+impl<'a> ArrivingText<'a> {
+    /// The text once at least `target` bytes are in, or all of it once the body is
+    /// complete; `None` when it cannot grow (all of it was given already, or the body is
+    /// broken or not UTF-8).
+    fn grow(&mut self, target: usize) -> Option<&'a str> {
+        let mut have = self.body.received().len();
+        while have < target {
+            match self.body.wait_beyond(have) {
+                Progress::More(n) => have = n,
+                Progress::Complete(_) => break,
+                Progress::Broken => return None,
+            }
+        }
+        let before = self.valid;
+        let bytes = self.body.received();
+        match std::str::from_utf8(&bytes[self.valid..]) {
+            Ok(_) => self.valid = bytes.len(),
+            // A character cut by the end of what came: up to it.
+            Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
+            Err(_) => return None,
+        }
+        if self.valid == before && self.given {
+            return None;
+        }
+        self.given = true;
+        // SAFETY: `bytes[..valid]` was checked as UTF-8 piece by piece, each piece ending on
+        // a character boundary, and those bytes never change.
+        Some(unsafe { std::str::from_utf8_unchecked(&bytes[..self.valid]) })
+    }
+}
+
+/// The next element of the servers array: `Some(None)` at its end, `None` when it cannot be
+/// read (cut short, or not an ordinary server).
+fn next_server<'a>(c: &mut Cursor<'a>, first: bool) -> Option<Option<(Server<'a>, &'a str)>> {
+    if c.eat(b']') {
+        return Some(None);
+    }
+    if !first && !c.eat(b',') {
+        return None;
+    }
+    if c.peek() != Some(b'{') {
+        return None;
+    }
+    c.server().ok().map(Some)
+}
+
+/// Walks an arriving body whose first member is `servers`, reading each server as soon as
+/// its bytes are in; `None` for anything else (the caller then reads the whole body).
+fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
+    let mut text = ArrivingText { body, valid: 0, given: false };
+    let mut c = Cursor::new(text.grow(1)?);
+    // `{"servers": [`, usually in the first frame.
+    loop {
+        c.pos = 0;
+        let head = c.eat(b'{') && c.key() == Some("servers") && c.peek() == Some(b'[');
+        if head {
+            break;
+        }
+        if c.text.len() > 64 {
+            return None;
+        }
+        c.text = text.grow(c.text.len() + 1)?;
+    }
+    c.pos += 1;
+    let (mut raws, mut servers) = (Vec::new(), Vec::new());
+    loop {
+        let start = c.pos;
+        let mut attempt = Cursor { text: c.text, pos: start };
+        match next_server(&mut attempt, servers.is_empty()) {
+            Some(Some((server, raw))) => {
+                servers.push(server);
+                raws.push(raw);
+                c.pos = attempt.pos;
+            }
+            Some(None) => {
+                c.pos = attempt.pos;
+                break;
+            }
+            // Cut short, most likely: wait for as much again as this element has so far, so
+            // that even a huge server is retried only a few times.
+            None => c.text = text.grow(c.text.len() + (c.text.len() - start).max(4096))?,
+        }
+    }
+    servers.shrink_to_fit();
+    // The rest (vm, image, package, tickets) is small: read it once the body is whole.
+    let whole = body.complete()?;
+    let whole = std::str::from_utf8(whole).ok()?;
+    let mut c = Cursor { text: whole, pos: c.pos };
+    c.allocate_body_members(TopLevel::new(), Some(ServersMember::Array(Ok((raws, servers)))), false).ok()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// `parse_arriving_allocate_body` of `body` written in pieces of `piece` bytes by
+    /// another thread (or abandoned after `cut` bytes), as its Debug text.
+    fn arriving(body: &[u8], piece: usize, cut: Option<usize>) -> String {
+        let (arriving, mut writer) = Arriving::new(body.len());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let end = cut.unwrap_or(body.len());
+                for chunk in body[..end].chunks(piece) {
+                    writer.push(chunk);
+                    std::thread::yield_now();
+                }
+                if cut.is_none() {
+                    writer.finish();
+                }
+            });
+            format!("{:?}", parse_arriving_allocate_body(&arriving))
+        })
+    }
+
+    /// Whether the servers of `body`, written in pieces, were read while it arrived.
+    fn streamed(body: &[u8], piece: usize) -> bool {
+        let (arriving, mut writer) = Arriving::new(body.len());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for chunk in body.chunks(piece) {
+                    writer.push(chunk);
+                    std::thread::yield_now();
+                }
+                writer.finish();
+            });
+            walk_arriving(&arriving).is_some()
+        })
+    }
+
+    fn whole(body: &[u8]) -> String {
+        format!("{:?}", parse_allocate_body(body))
+    }
+
+    fn case_bodies() -> Vec<Vec<u8>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
+        let mut bodies = Vec::new();
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let case: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            bodies.push(serde_json::to_vec(&case["request"]).unwrap_or_default());
+        }
+        assert!(bodies.len() > 10, "the vendored cases are there");
+        bodies
+    }
+
+    #[test]
+    fn an_arriving_body_reads_as_the_whole_one() {
+        let mut streamed_bodies = 0;
+        for body in case_bodies() {
+            for piece in [1usize, 7, 100, 4096, 1 << 20] {
+                assert_eq!(arriving(&body, piece, None), whole(&body), "pieces of {piece}");
+            }
+            let servers_first = body.starts_with(br#"{"servers":"#);
+            if servers_first && parse_allocate_body(&body).is_ok() {
+                assert!(streamed(&body, 100), "{}", String::from_utf8_lossy(&body[..200.min(body.len())]));
+                streamed_bodies += 1;
+            }
+        }
+        assert!(streamed_bodies > 10, "only {streamed_bodies} bodies were read while arriving");
+    }
+
+    #[test]
+    fn unusual_arriving_bodies_read_as_whole_ones() {
+        let ok =
+            br#"{"servers": [{"uuid": "a"}, {"uuid": "b", "vms": {"v": {"owner_uuid": 1}}}], "vm": {}, "image": {}}"#;
+        let bodies: Vec<&[u8]> = vec![
+            ok,
+            br#"{"vm": {}, "servers": [{"uuid": "a"}], "image": {}}"#,
+            br#"{"servers": [{"uuid": "a"}, 7], "vm": {}, "image": {}}"#,
+            br#"{"servers": [{"uuid": "a"} {"uuid": "b"}], "vm": {}, "image": {}}"#,
+            br#"{"servers": [], "vm": {}, "image": {}, "servers": [{"uuid": "c"}]}"#,
+            b"{\"servers\": [{\"uuid\": \"\\u00e9t\\u00e9\", \"hostname\": \"\xc3\xa9t\xc3\xa9\"}], \"vm\": {}, \"image\": {}}",
+            br#"{"servers": [{"uuid": "a"}], "vm": {}, "image": {}"#,
+            b"",
+            b"   ",
+            b"{\"servers\": [{\"uuid\": \"\xff\"}], \"vm\": {}, \"image\": {}}",
+        ];
+        for body in bodies {
+            for piece in [1usize, 3, 16, 1 << 20] {
+                assert_eq!(
+                    arriving(body, piece, None),
+                    whole(body),
+                    "{} in pieces of {piece}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        // A body that stops arriving is an error, whatever was read of it.
+        for cut in [0, 5, 30, ok.len() - 1] {
+            let read = arriving(ok, 4, Some(cut));
+            assert!(read.starts_with("Err(Malformed"), "{read}");
+        }
+    }
 
     /// The field list a derived reader passes to `deserialize_struct`.
     pub(crate) fn serde_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {

@@ -1,0 +1,193 @@
+//! A request body that is still arriving, readable while it is written.
+//!
+//! A big body takes milliseconds to come over the network; reading its servers while the
+//! rest arrives hides most of that. One writer appends the received bytes into a buffer
+//! sized once from `Content-Length` (it never moves), and readers see the prefix written
+//! so far, which never changes again: strings borrowed from it stay valid for the whole
+//! request.
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The body's bytes so far, and how it ended.
+pub struct Arriving {
+    start: NonNull<u8>,
+    capacity: usize,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+#[derive(Clone, Copy)]
+struct State {
+    filled: usize,
+    /// `Some(true)`: all bytes are in; `Some(false)`: they never will be.
+    ended: Option<bool>,
+}
+
+// SAFETY: the buffer is only written by the one `Writer`, beyond `filled`, and only read
+// below `filled`; `filled` moves under the mutex, after the bytes are written, so a reader
+// that sees a length also sees the bytes below it.
+unsafe impl Send for Arriving {}
+unsafe impl Sync for Arriving {}
+
+/// The one writing end; dropping it unfinished tells readers the body will not complete.
+pub struct Writer {
+    body: Arc<Arriving>,
+    done: bool,
+}
+
+/// What a reader is told when it waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// More bytes (this many in all) are in.
+    More(usize),
+    /// The body is complete (this many bytes).
+    Complete(usize),
+    /// The body will never complete (the read failed or was abandoned).
+    Broken,
+}
+
+impl Arriving {
+    /// A body of `len` bytes to come, and its writer.
+    pub fn new(len: usize) -> (Arc<Arriving>, Writer) {
+        let buffer: Box<[u8]> = vec![0u8; len].into_boxed_slice();
+        let start = NonNull::new(Box::into_raw(buffer).cast::<u8>()).unwrap_or(NonNull::dangling());
+        let body = Arc::new(Arriving {
+            start,
+            capacity: len,
+            state: Mutex::new(State { filled: 0, ended: None }),
+            changed: Condvar::new(),
+        });
+        (body.clone(), Writer { body, done: false })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The bytes received so far.
+    pub fn received(&self) -> &[u8] {
+        let filled = self.lock().filled;
+        // SAFETY: the first `filled` bytes are written and never written again.
+        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), filled) }
+    }
+
+    /// Waits until more than `have` bytes are in, or the body has ended.
+    pub fn wait_beyond(&self, have: usize) -> Progress {
+        let mut state = self.lock();
+        loop {
+            match state.ended {
+                Some(true) => return Progress::Complete(state.filled),
+                Some(false) => return Progress::Broken,
+                None if state.filled > have => return Progress::More(state.filled),
+                None => state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner()),
+            }
+        }
+    }
+
+    /// Waits for the whole body; `None` if it will never complete.
+    pub fn complete(&self) -> Option<&[u8]> {
+        match self.wait_beyond(usize::MAX) {
+            Progress::Complete(_) => Some(self.received()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        let slice = std::ptr::slice_from_raw_parts_mut(self.start.as_ptr(), self.capacity);
+        // SAFETY: the buffer came from `Box::into_raw` of this length; nobody borrows it any
+        // more (borrows are tied to `&self`).
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+impl Writer {
+    /// Appends received bytes; false (nothing written) if they would exceed the declared
+    /// length.
+    pub fn push(&mut self, bytes: &[u8]) -> bool {
+        let filled = self.body.lock().filled;
+        if bytes.len() > self.body.capacity - filled {
+            return false;
+        }
+        // SAFETY: only this writer writes, and only beyond `filled`, which readers never
+        // look past; the destination lies inside the buffer (checked above).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.body.start.as_ptr().add(filled), bytes.len()) };
+        self.body.lock().filled = filled + bytes.len();
+        self.body.changed.notify_all();
+        true
+    }
+
+    /// Marks the body complete: true if every declared byte came.
+    pub fn finish(mut self) -> bool {
+        let mut state = self.body.lock();
+        let whole = state.filled == self.body.capacity;
+        state.ended = Some(whole);
+        drop(state);
+        self.done = true;
+        self.body.changed.notify_all();
+        whole
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if !self.done {
+            self.body.lock().ended = Some(false);
+            self.body.changed.notify_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_see_a_growing_prefix_then_the_end() {
+        let text: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let (body, mut writer) = Arriving::new(text.len());
+        let reader = {
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut seen = 0;
+                loop {
+                    match body.wait_beyond(seen) {
+                        Progress::More(n) => {
+                            assert!(n > seen);
+                            seen = n;
+                        }
+                        Progress::Complete(n) => return Some(n),
+                        Progress::Broken => return None,
+                    }
+                }
+            })
+        };
+        for chunk in text.chunks(4096) {
+            assert!(writer.push(chunk));
+        }
+        assert!(writer.finish());
+        assert_eq!(reader.join().ok().flatten(), Some(text.len()));
+        assert_eq!(body.complete(), Some(&text[..]));
+    }
+
+    #[test]
+    fn a_writer_dropped_early_breaks_the_body() {
+        let (body, mut writer) = Arriving::new(10);
+        assert!(writer.push(b"12345"));
+        assert!(!writer.push(b"123456"), "more than declared");
+        assert_eq!(body.received(), b"12345");
+        drop(writer);
+        assert_eq!(body.wait_beyond(5), Progress::Broken);
+        assert_eq!(body.complete(), None);
+    }
+
+    #[test]
+    fn a_short_body_is_not_complete() {
+        let (body, mut writer) = Arriving::new(10);
+        assert!(writer.push(b"123"));
+        assert!(!writer.finish());
+        assert_eq!(body.complete(), None);
+    }
+}
