@@ -244,10 +244,13 @@ async fn shutdown_signal() {
 /// this glibc keeps their pages in its per-thread arenas and the RSS stays at the peak.
 fn spawn_memory_release() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes the allocator; two arenas bound how much freed memory
-    // per-thread arenas can strand (allocation threads come and go).
+    // SAFETY: mallopt only tunes the allocator. Four arenas per core bound how much freed
+    // memory per-thread arenas can strand (allocation threads come and go), while threads
+    // rarely wait for one another's arena (with two in all, a 50-server load test lost
+    // 10-20% of its throughput to that wait).
     unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        libc::mallopt(libc::M_ARENA_MAX, (4 * cores).clamp(2, 64) as libc::c_int);
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     tokio::spawn(async {
