@@ -106,3 +106,44 @@ async fn a_big_body_is_read_as_it_arrives_with_the_same_answers() {
     assert_eq!(reply.status, 422);
     assert_eq!(reply.json()["errors"][0]["field"], "servers[1500]");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_body_that_stops_arriving_is_given_up_and_frees_its_permit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s =
+        start(&[("DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS", "1"), ("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "500")]).await;
+    let body = serde_json::to_vec(&datacenter(500)).expect("body");
+    let head = format!(
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+
+    // Half a body, then silence: the request times out with 503.
+    let mut stalled = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    stalled.write_all(head.as_bytes()).await.expect("head");
+    stalled.write_all(&body[..body.len() / 2]).await.expect("half");
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), stalled.read(&mut answer))
+        .await
+        .expect("an answer within the timeout")
+        .expect("read");
+    assert!(
+        String::from_utf8_lossy(&answer[..n]).starts_with("HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer[..n])
+    );
+
+    // Its reader gives the permit back as soon as it notices the body will not come.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // Half a body, then a hang-up.
+    let mut gone = tokio::net::TcpStream::connect(s.addr).await.expect("connect");
+    gone.write_all(head.as_bytes()).await.expect("head");
+    gone.write_all(&body[..body.len() / 3]).await.expect("a third");
+    drop(gone);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    // The one permit came back both times.
+    let reply = post(s.addr, &body).await;
+    assert_eq!(reply.status, 200);
+}

@@ -131,7 +131,8 @@ impl<T> Reply<T> {
     /// Waits for a core unless the request holds one already (a body read while it
     /// arrived is parsed without one: that work mostly waits on the network).
     fn computing(&mut self) {
-        if self.core.is_none() {
+        // Nobody waits for the answer any more (the request timed out): no core for it.
+        if self.core.is_none() && !self.tx.is_closed() {
             let cores = self.cores.clone();
             self.core = tokio::runtime::Handle::current().block_on(cores.acquire_owned()).ok();
         }
@@ -342,6 +343,9 @@ fn allocate_body<'a, T>(
     };
     let mut request = parsed.map_err(body_error)?;
     reply.computing();
+    if reply.tx.is_closed() {
+        return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
+    }
     check_size(app, &request.servers)?;
     validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
     let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
