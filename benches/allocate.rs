@@ -7,7 +7,8 @@
 //! checkout when this is a git worktree); without it the benchmark says so and skips.
 //!
 //! Per size it prints: body bytes; the median time to parse and validate the body into the
-//! typed model; the median engine time after parsing (`Engine::allocate`); the median time
+//! typed model (taken between the end-to-end runs, so that the POST/parse ratio compares
+//! runs made in the same conditions on a shared host); the median engine time after parsing (`Engine::allocate`); the median time
 //! to serialise the answer; the median end-to-end `POST /allocate` over loopback against a
 //! child `dapi serve` (one keep-alive connection, timed from the first byte sent to the last
 //! byte of the answer read); that child's peak RSS (`VmHWM`) after serving one request of
@@ -96,7 +97,7 @@ fn main() {
         println!("{}", row.line());
     }
     println!();
-    println!("parse = parse_allocate_body + validate_allocate; engine = Engine::allocate after parsing;");
+    println!("parse = parse_allocate_body + validate_allocate (taken between the POSTs); engine = Engine::allocate after parsing;");
     println!("answer = serialising the answer (not in engine); POST = end to end over loopback; medians.");
 
     if let Some(path) = input(500, &bench_dir, &generated) {
@@ -218,7 +219,7 @@ fn measure(
     budget: Duration,
     steps_format: StepsFormat,
 ) -> Row {
-    let parse = repeat(budget, || {
+    let mut parse_once = || {
         let started = Instant::now();
         let parsed = parse_allocate_body(body).and_then(|mut r| {
             validate_allocate(&mut r).map_err(|e| dapi::model::BodyError::Invalid(vec![e]))?;
@@ -228,7 +229,8 @@ fn measure(
         assert!(parsed.is_ok(), "the benchmark body is valid");
         drop(parsed);
         elapsed
-    });
+    };
+    let parse = repeat(budget, &mut parse_once);
     let mut request = parse_allocate_body(body).unwrap_or_else(|_| panic!("bench-{n}.json parses"));
     validate_allocate(&mut request).unwrap_or_else(|e| panic!("bench-{n}.json is valid: {e:?}"));
     let engine_runs = repeat(budget, || {
@@ -247,17 +249,17 @@ fn measure(
         answer_bytes = bytes.len();
         elapsed
     });
-    let (post, peak_rss) = match served(n, body, config, budget, steps_format) {
+    let (post, paired_parse, peak_rss) = match served(n, body, config, budget, steps_format, &mut parse_once) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("bench: end-to-end for {n} servers failed: {e}");
-            (None, None)
+            (None, None, None)
         }
     };
     Row {
         servers: n,
         body_bytes: body.len(),
-        parse: median(parse).unwrap_or(f64::NAN),
+        parse: paired_parse.or(median(parse)).unwrap_or(f64::NAN),
         engine: median(engine_runs).unwrap_or(f64::NAN),
         answer: median(answer_runs).unwrap_or(f64::NAN),
         post,
@@ -434,10 +436,18 @@ impl Client {
     }
 }
 
-type Served = (Option<f64>, Option<(u64, u64)>);
+/// Median POST, median parse taken between the POSTs, peak and idle RSS.
+type Served = (Option<f64>, Option<f64>, Option<(u64, u64)>);
 
 /// Peak RSS after the first request of this size on a fresh server, then the median POST.
-fn served(n: usize, body: &[u8], config: &Path, budget: Duration, format: StepsFormat) -> std::io::Result<Served> {
+fn served(
+    n: usize,
+    body: &[u8],
+    config: &Path,
+    budget: Duration,
+    format: StepsFormat,
+    parse_once: &mut dyn FnMut() -> f64,
+) -> std::io::Result<Served> {
     let server = Server::start(config)?;
     let idle = server.peak_rss();
     let mut client = Client::connect(server.addr)?;
@@ -450,14 +460,18 @@ fn served(n: usize, body: &[u8], config: &Path, budget: Duration, format: StepsF
         return Err(std::io::Error::other(format!("POST /allocate with {n} servers answered {status}")));
     }
     let peak = server.peak_rss().zip(idle);
+    // Each POST is paired with a parse of the same body, so that both see the host in the
+    // same mood (a shared host's speed drifts by a third between minutes).
+    let mut parses = Vec::new();
     let runs = repeat(budget, || {
         let started = Instant::now();
         let ok = matches!(client.request("POST", path, body), Ok((200, _)));
         let elapsed = started.elapsed().as_secs_f64();
         assert!(ok, "POST /allocate answered 200");
+        parses.push(parse_once());
         elapsed
     });
-    Ok((median(runs), peak))
+    Ok((median(runs), median(parses), peak))
 }
 
 /// Wall time of `dapi allocate --config CONFIG BODY`, start to exit, per run.
