@@ -7,6 +7,7 @@
 
 mod errors;
 mod handlers;
+mod intake;
 pub mod logging;
 mod metrics;
 pub mod openapi;
@@ -145,7 +146,7 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
     let latency_ms = latency.as_secs_f64() * 1000.0;
     let method = method.as_str();
     // Bodies are never logged: their size and digest identify them.
-    let (body_bytes, body_digest) = match response.extensions().get::<handlers::BodySeen>() {
+    let (body_bytes, body_digest) = match response.extensions().get::<intake::BodySeen>() {
         Some(seen) => (seen.bytes, seen.digest.as_str()),
         None => (0, ""),
     };

@@ -1,0 +1,259 @@
+//! How a request gets in: a concurrency permit (or 503 at once), the body (whole, or read
+//! while it arrives), a core to compute on, and the reply that gives them back.
+//!
+//! Memory stays bounded: at most `max_concurrent_allocations` requests are held at a time
+//! (plus those answered and being freed, for a few ms); at most one allocation per core
+//! computes at a time, the others wait their turn.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, HttpBody};
+use axum::http::{header, HeaderMap};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::errors::ApiError;
+use super::AppState;
+use crate::engine::Engine;
+use crate::model::Arriving;
+
+/// Refuses any content type but JSON (a missing one is taken as JSON).
+pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(ct) = headers.get(header::CONTENT_TYPE) else { return Ok(()) };
+    let ct = ct.to_str().unwrap_or("");
+    let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    if mime == "application/json" || mime.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(format!("content type must be application/json, not {ct:?}")))
+    }
+}
+
+/// The body's declared length, refused when over `limit`.
+fn declared_length(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, ApiError> {
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    match declared {
+        Some(n) if n > limit => Err(ApiError::TooLarge(limit)),
+        _ => Ok(declared),
+    }
+}
+
+/// Reads the body frame by frame, handing each to `keep`, refusing more than `limit`
+/// bytes; its size and digest (each frame digested as it arrives, while the client is
+/// still sending).
+async fn read_frames(
+    body: Body,
+    limit: usize,
+    mut keep: impl FnMut(&[u8]) -> Result<(), ApiError>,
+) -> Result<BodySeen, ApiError> {
+    let mut digest = crate::config::Digest::default();
+    let mut bytes = 0;
+    let mut body = std::pin::pin!(body);
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if bytes + data.len() > limit {
+                return Err(ApiError::TooLarge(limit));
+            }
+            bytes += data.len();
+            keep(&data)?;
+            digest.update(&data);
+        }
+    }
+    Ok(BodySeen { bytes, digest: digest.finish() })
+}
+
+/// Reads the whole body into one buffer sized from `Content-Length`, so a large request is
+/// held once (collecting the frames first and then joining them would hold it twice).
+async fn read_body(declared: Option<usize>, body: Body, limit: usize) -> Result<(Vec<u8>, BodySeen), ApiError> {
+    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let seen = read_frames(body, limit, |data| {
+        buf.extend_from_slice(data);
+        Ok(())
+    })
+    .await?;
+    Ok((buf, seen))
+}
+
+/// A request body as handed to the work: whole, or (big allocations) still arriving.
+pub enum Received {
+    Whole(Vec<u8>),
+    Arriving(Arc<Arriving>),
+}
+
+impl Received {
+    /// The whole body (waiting for the rest of an arriving one); `None` if it never came.
+    pub(super) fn whole(&self) -> Option<&[u8]> {
+        match self {
+            Received::Whole(bytes) => Some(bytes),
+            Received::Arriving(body) => body.complete(),
+        }
+    }
+}
+
+/// Bodies at least this big are read while they arrive (when the endpoint can). Smaller
+/// ones (CNAPI's usual tens of servers) arrive in a fraction of a millisecond: they are
+/// read whole and parsed under the one-per-core gate, which serves many of them best.
+const ARRIVING_FROM: usize = 1 << 20;
+
+/// Size and digest of a request body, logged instead of the body itself.
+#[derive(Debug, Clone)]
+pub struct BodySeen {
+    pub bytes: usize,
+    pub digest: String,
+}
+
+/// How a request's work hands back its result: as soon as the answer is ready, so that
+/// freeing the parsed request (a few ms at datacenter scale) happens after the answer has
+/// left. Sending also gives back the request's core and its permit: the request is
+/// answered, so its client may send the next one at once and not be refused.
+pub struct Reply<T> {
+    tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
+    core: Option<OwnedSemaphorePermit>,
+    cores: Arc<tokio::sync::Semaphore>,
+    permit: OwnedSemaphorePermit,
+}
+
+impl<T> Reply<T> {
+    /// Waits for a core unless the request holds one already (a body read while it
+    /// arrived is parsed without one: that work mostly waits on the network).
+    pub(super) fn computing(&mut self) {
+        // Nobody waits for the answer any more (the request timed out): no core for it.
+        if self.core.is_none() && !self.abandoned() {
+            let cores = self.cores.clone();
+            self.core = tokio::runtime::Handle::current().block_on(cores.acquire_owned()).ok();
+        }
+    }
+
+    /// Whether nobody waits for the answer any more (the request timed out).
+    pub(super) fn abandoned(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    pub(super) fn send(self, result: Result<T, ApiError>) {
+        let Reply { tx, core: _core, permit, .. } = self;
+        // Given back before the answer leaves, or the client's next request could find
+        // them still taken.
+        drop((_core, permit));
+        // The request may have timed out and gone: nobody is left to answer.
+        let _ = tx.send(result);
+    }
+
+    /// Sends the head of an answer whose body follows in parts: the permit stays with the
+    /// caller until the last part is sent (the request is held until then).
+    pub(super) fn send_head(self, result: Result<T, ApiError>) -> OwnedSemaphorePermit {
+        let Reply { tx, core, permit, .. } = self;
+        drop(core);
+        let _ = tx.send(result);
+        permit
+    }
+}
+
+/// Takes a concurrency permit (or answers 503 at once, before reading anything), reads the
+/// body, waits for a free core and runs `work` on it in the blocking pool, all within the
+/// request timeout. Memory stays bounded: at most `max_concurrent_allocations` requests are
+/// held at a time (plus those answered and being freed, for a few ms); at most one
+/// allocation per core computes at a time.
+pub(super) async fn run_limited<T: Send + 'static>(
+    app: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    arriving: bool,
+    work: impl FnOnce(Arc<Engine>, Received, Reply<T>) + Send + 'static,
+) -> (Option<BodySeen>, Result<T, ApiError>) {
+    if let Err(e) = check_content_type(headers) {
+        return (None, Err(e));
+    }
+    let Ok(permit) = app.permits.clone().try_acquire_owned() else {
+        return (None, Err(ApiError::Unavailable("too many allocations in progress; retry shortly".into())));
+    };
+    let limits = app.limits();
+    let timeout = Duration::from_millis(limits.request_timeout_ms);
+    let engine = app.engine();
+    let mut seen = None;
+    let run = async {
+        let declared = declared_length(headers, limits.max_body_bytes)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let cores = app.cpu_slots.clone();
+        let task = match declared.filter(|&n| arriving && n >= ARRIVING_FROM) {
+            // Read while it arrives: the work starts now, and takes a core once parsed.
+            Some(len) => {
+                let (body_so_far, mut writer) = Arriving::new(len);
+                let reply = Reply { tx, core: None, cores, permit };
+                let task = tokio::task::spawn_blocking(move || work(engine, Received::Arriving(body_so_far), reply));
+                let too_long = || ApiError::Malformed("the body is longer than its Content-Length".into());
+                seen = Some(
+                    read_frames(body, limits.max_body_bytes, |data| {
+                        writer.push(data).then_some(()).ok_or_else(too_long)
+                    })
+                    .await?,
+                );
+                if !writer.finish() {
+                    return Err(ApiError::Malformed("the body is shorter than its Content-Length".into()));
+                }
+                task
+            }
+            None => {
+                let (bytes, body_seen) = read_body(declared, body, limits.max_body_bytes).await?;
+                seen = Some(body_seen);
+                // The semaphore is never closed, so waiting only ends with a core.
+                let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+                let reply = Reply { tx, core: Some(core), cores, permit };
+                tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
+            }
+        };
+        match rx.await {
+            Ok(result) => result,
+            // The work ended without answering: it panicked.
+            Err(_) => match task.await {
+                Err(join) => Err(ApiError::Internal(format!("the request failed unexpectedly: {join}"))),
+                Ok(()) => Err(ApiError::Internal("the request ended without an answer".into())),
+            },
+        }
+    };
+    let result = match tokio::time::timeout(timeout, run).await {
+        Err(_) => Err(ApiError::Unavailable(format!("the request took longer than {} ms", timeout.as_millis()))),
+        Ok(result) => result,
+    };
+    (seen, result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+
+    #[tokio::test]
+    async fn a_panic_inside_a_request_is_a_500_and_frees_its_permit() {
+        let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
+        let app = Arc::new(AppState::new(config, None).expect("state"));
+        let (permits, cores) = (app.permits.available_permits(), app.cpu_slots.available_permits());
+        let (seen, result) =
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, |_, _, _: Reply<()>| panic!("a bug")).await;
+        assert!(matches!(result, Err(ApiError::Internal(_))), "{result:?}");
+        assert_eq!(seen.map(|s| s.bytes), Some(2));
+        assert_eq!(app.permits.available_permits(), permits);
+        assert_eq!(app.cpu_slots.available_permits(), cores);
+        let response = result.map_or_else(IntoResponse::into_response, |()| StatusCode::OK.into_response());
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[tokio::test]
+    async fn the_answer_leaves_before_the_request_is_freed() {
+        let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("config");
+        let app = Arc::new(AppState::new(config, None).expect("state"));
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+        let (_, result) =
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, move |_, _, reply: Reply<i32>| {
+                reply.send(Ok(7));
+                // Freeing takes a while; the answer is already on its way.
+                std::thread::sleep(Duration::from_millis(200));
+                let _ = freed_tx.send(());
+            })
+            .await;
+        assert_eq!(result.ok(), Some(7));
+        assert!(freed_rx.try_recv().is_err(), "the answer waited for the freeing");
+        assert!(freed_rx.recv_timeout(Duration::from_secs(5)).is_ok());
+    }
+}
