@@ -55,14 +55,12 @@ impl Plugin for HardFilterOverprovisionRatios {
             let wanted = canonical(pkg_ratio);
             let wanted_num = pkg_ratio.truthy().then(|| pkg_ratio.num());
             // Servers usually share one ratios object (override-overprovisioning gives every
-            // server the same): its verdict holds for all of them.
-            let mut shared: Option<(*const Js, bool)> = None;
+            // server the same): once it passes, it passes for all of them.
+            let mut passed: Option<&Js> = None;
             kept.retain(|&id| {
                 let ratios = req.ratios(id);
-                if let Some((at, true)) = shared {
-                    if std::ptr::eq(at, ratios) {
-                        return true;
-                    }
+                if passed.is_some_and(|p| std::ptr::eq(p, ratios)) {
+                    return true;
                 }
                 let ratio = ratios.get(resource);
                 // The same number (or none on both sides) prints the same: no need to.
@@ -72,7 +70,7 @@ impl Plugin for HardFilterOverprovisionRatios {
                     _ => false,
                 };
                 if same {
-                    shared = Some((ratios, true));
+                    passed = Some(ratios);
                     return true;
                 }
                 let has = canonical(ratio);

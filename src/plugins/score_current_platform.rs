@@ -40,7 +40,6 @@ impl Plugin for ScoreCurrentPlatform {
             reasons.skip("One or fewer servers");
             return Ok(servers.to_vec());
         }
-        // A datacenter runs a handful of platforms: each distinct stamp is read once.
         let shared = &*req;
         let stamps: Vec<Option<f64>> = map_parts(servers, |part| {
             // A datacenter runs a handful of platforms: each distinct stamp is read once.
