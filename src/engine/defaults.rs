@@ -9,7 +9,7 @@
 use serde::Deserialize;
 
 use crate::js::Js;
-use crate::plugins::shared::owner_filter::OwnerFilters;
+use crate::js::owner_filter::OwnerFilters;
 use crate::validate::validate_defaults;
 
 /// Validated allocator defaults.

@@ -3,11 +3,11 @@
 //! RAM are dropped silently, and the rest are passed on sorted by unreserved RAM, largest
 //! first: this filter reorders its output.
 //!
-//! The sort is the one the original's runtime performs (V8's TimSort, see `shared::js_sort`),
+//! The sort is the one the original's runtime performs (V8's TimSort, see `js::sort`),
 //! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
 //! exactly where the original did.
 
-use super::shared::js_sort::js_sort_by_scaled;
+use crate::js::sort::js_sort_by_scaled;
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
 

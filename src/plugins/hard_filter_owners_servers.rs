@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use super::shared::owner_filter::{OwnerFilter, OwnerFilters};
+use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
 use crate::js::Js;

@@ -9,7 +9,8 @@
 //! candidates (no bonus for a positive weight); if no server has a readable stamp, all count
 //! as equal.
 
-use super::shared::scoring::{normalize, parse_js_date};
+use super::shared::scoring::normalize;
+use crate::js::date::parse_js_date;
 use std::collections::HashMap;
 
 use super::{Kind, Plugin, PluginError};

@@ -13,8 +13,9 @@
 //! unscheduled instead. Only ISO date strings are read as dates; one without an offset is
 //! read as UTC (the original uses the process's time zone; Triton nodes run UTC).
 
-use super::shared::js_sort::js_sort_by;
-use super::shared::scoring::{linear_buckets, parse_js_date, to_iso_string, WEEK_MS};
+use crate::js::sort::js_sort_by;
+use super::shared::scoring::linear_buckets;
+use crate::js::date::{parse_js_date, to_iso_string, WEEK_MS};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::map_servers;
 use crate::engine::{Reasons, Request, ServerId};

@@ -8,7 +8,7 @@
 
 use indexmap::IndexMap;
 
-use super::shared::js_sort::js_sort_by_scaled;
+use crate::js::sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};

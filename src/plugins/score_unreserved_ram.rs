@@ -7,7 +7,7 @@
 //! Servers whose unreserved RAM was never calculated compare like the original's `undefined`
 //! (every difference with them is NaN, i.e. "equal" to the sort).
 
-use super::shared::js_sort::js_sort_by_scaled;
+use crate::js::sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId, Unreserved};

@@ -7,7 +7,8 @@
 
 use crate::js::{string_to_number, Js};
 use crate::model::{Image, Package, Ticket, VmPayload};
-use crate::plugins::shared::affinity::{js_regex, Affinity};
+use crate::js::regex::js_regex;
+use crate::plugins::shared::affinity::Affinity;
 
 use super::patterns::{self, is_array_index, is_platform, is_sdc_version, is_uuid};
 use super::schema::{self, property, Leaf, Ty};

@@ -1,10 +1,5 @@
-//! JavaScript value semantics.
-//!
-//! The original allocator is JavaScript and its observable behaviour (which servers pass,
-//! the exact reason strings) depends on JS truthiness, numeric coercion, `String(x)`,
-//! `Number.prototype.toFixed` and `JSON.stringify`. Request fields that the original reads
-//! loosely are kept as [`Js`] values so every plugin applies exactly those rules, once,
-//! through the functions here.
+//! JavaScript values: truthiness, numeric coercion, `String(x)`, `toFixed`, comparisons,
+//! `+` and `JSON.stringify`.
 
 use std::fmt::Write as _;
 

@@ -1,0 +1,27 @@
+//! JavaScript emulation: everything of JavaScript the original allocator's answers depend on.
+//!
+//! The original is a Node.js program, and which servers pass and the exact reason strings
+//! follow from JavaScript's rules, not from allocation logic. Those rules live here, once:
+//!
+//! * [`value`]: request fields the original reads loosely are [`Js`] values; truthiness,
+//!   numeric coercion, `String(x)`, `Number.prototype.toFixed`, `<`/`>=` on mixed types, `+`
+//!   that may concatenate, `JSON.stringify`, property order of objects.
+//! * [`sort`]: `Array.prototype.sort` exactly as V8 runs it (TimSort; a comparator returning
+//!   NaN counts as "equal"), because the original's comparators are not always consistent.
+//! * [`date`]: `new Date(text)` for ISO strings and `toISOString()` (the reboot scorers).
+//! * [`regex`]: JavaScript regular expressions (`re` affinities) translated to the `regex`
+//!   crate's dialect and compiled with bounded size.
+//! * [`owner_filter`]: the small expression language of `filter_owner_server` snippets,
+//!   evaluated against a server with JavaScript semantics.
+//!
+//! Step reasons are a JavaScript object in the original (insertion order; a repeated key keeps
+//! its first place and takes the last message): `engine::reasons` keeps exactly that, in a
+//! form cheap enough for thousands of servers per step.
+
+pub mod date;
+pub mod owner_filter;
+pub mod regex;
+pub mod sort;
+pub mod value;
+
+pub use value::*;
