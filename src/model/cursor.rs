@@ -111,7 +111,7 @@ impl<'a> Cursor<'a> {
         }
         let start = self.pos + 1;
         let bytes = self.text.as_bytes();
-        if bytes.get(start + 36) != Some(&b'"') || !crate::validate::uuid_shaped(bytes.get(start..start + 36)?) {
+        if bytes.get(start + 36) != Some(&b'"') || !crate::model::schema::uuid_shaped(bytes.get(start..start + 36)?) {
             return None;
         }
         self.pos = start + 37;

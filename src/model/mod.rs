@@ -6,15 +6,18 @@
 //! plugins apply JS coercion through [`crate::js`]. Wire names that do not carry a unit get
 //! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored.
 
+pub mod affinity;
 mod arriving;
 mod cursor;
 mod request;
+pub mod schema;
 mod shape;
 mod vms;
 
 pub use arriving::{Arriving, Writer as ArrivingWriter};
 pub use request::{
-    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, BodyError, ParamType,
+    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, BodyError, FieldError,
+    ParamType,
 };
 pub use shape::{EmptyValue, Shape};
 pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
@@ -65,7 +68,7 @@ pub struct Server<'a> {
     pub sysinfo: Shape<Sysinfo>,
     #[serde(borrow)]
     pub vms: Shape<VmMap<'a>>,
-    /// The server schema's verdict ([`crate::validate::validate_server`]), worked out while
+    /// The server schema's verdict ([`schema::validate_server`]), worked out while
     /// the server is read (its data is then at hand) or on first use.
     #[serde(skip)]
     schema: std::sync::OnceLock<Option<String>>,
@@ -74,7 +77,7 @@ pub struct Server<'a> {
 impl<'a> Server<'a> {
     /// The server schema's first violation, if any (`hard-filter-invalid-servers`).
     pub fn schema_violation(&self) -> Option<&str> {
-        self.schema.get_or_init(|| crate::validate::validate_server(self)).as_deref()
+        self.schema.get_or_init(|| schema::validate_server(self)).as_deref()
     }
     /// `String(server.uuid)`: the key of this server's entry in step reasons.
     pub fn reason_key(&self) -> String {

@@ -12,7 +12,20 @@ use super::arriving::{Arriving, Progress};
 use super::cursor::Cursor;
 use super::{Image, Package, Server, Ticket, VmMap, VmPayload};
 use crate::js::Js;
-use crate::validate::FieldError;
+
+/// One bad request field: `{field, code, message}` as CNAPI reported it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FieldError {
+    pub field: String,
+    pub code: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
+        FieldError { field: field.into(), code: "Invalid".into(), message: message.into() }
+    }
+}
 
 /// A parsed `POST /allocate` body (not yet validated). Strings of the servers' VMs borrow
 /// from the body.

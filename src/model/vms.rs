@@ -336,7 +336,7 @@ impl<'a> Received<'a> {
             quota_gib: self.quota.opt_num()?,
             cpu_cap_pct: self.cpu_cap.opt_num()?,
         };
-        crate::validate::plain_vm_is_valid(&vm).then_some(vm)
+        crate::model::schema::plain_vm_is_valid(&vm).then_some(vm)
     }
 
     fn into_vm(self) -> ServerVm<'a> {
@@ -746,7 +746,7 @@ impl<'a> ServerVm<'a> {
             }
         }
         // Required: owner_uuid, state, max_physical_memory (and what the schema says of them).
-        (seen & 0b1_1010 == 0b1_1010 && crate::validate::plain_vm_is_valid(&vm)).then_some(ServerVm::Plain(vm))
+        (seen & 0b1_1010 == 0b1_1010 && crate::model::schema::plain_vm_is_valid(&vm)).then_some(ServerVm::Plain(vm))
     }
 }
 

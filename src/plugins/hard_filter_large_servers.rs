@@ -7,9 +7,9 @@
 //! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
 //! exactly where the original did.
 
-use crate::js::sort::js_sort_by_scaled;
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::sort::js_sort_by_scaled;
 
 /// The share of servers held back.
 const LARGE_POOL_RATIO: f64 = 0.15;

@@ -13,9 +13,9 @@
 
 use std::collections::HashMap;
 
-use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
 use crate::js::Js;
 
 pub struct HardFilterOwnersServers;

@@ -13,12 +13,12 @@
 //! unscheduled instead. Only ISO date strings are read as dates; one without an offset is
 //! read as UTC (the original uses the process's time zone; Triton nodes run UTC).
 
-use crate::js::sort::js_sort_by;
 use super::shared::scoring::linear_buckets;
-use crate::js::date::{parse_js_date, to_iso_string, WEEK_MS};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::map_servers;
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::date::{parse_js_date, to_iso_string, WEEK_MS};
+use crate::js::sort::js_sort_by;
 use std::borrow::Cow;
 
 use crate::js::{js_gt, js_lt, str_cmp, Js};

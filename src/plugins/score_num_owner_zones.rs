@@ -8,10 +8,10 @@
 
 use indexmap::IndexMap;
 
-use crate::js::sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId};
+use crate::js::sort::js_sort_by_scaled;
 
 pub struct ScoreNumOwnerZones;
 

@@ -7,10 +7,10 @@
 //! Servers whose unreserved RAM was never calculated compare like the original's `undefined`
 //! (every difference with them is NaN, i.e. "equal" to the sort).
 
-use crate::js::sort::js_sort_by_scaled;
 use super::shared::scoring::{self, linear};
 use super::{Kind, Plugin, PluginError};
 use crate::engine::{Reasons, Request, ServerId, Unreserved};
+use crate::js::sort::js_sort_by_scaled;
 use crate::js::Js;
 
 pub struct ScoreUnreservedRam;

@@ -5,42 +5,21 @@
 //!   the allocator (image, package, VM payload, NIC tag requirements), first failure wins,
 //!   plus dapi's own checks of what the production chain's plugins assert (VM `brand`,
 //!   `vcpus`) and of the tickets.
-//! * [`validate_server`]: the dapi server JSON schema, used by `hard-filter-invalid-servers`.
-//! * [`validate_defaults`]: the allocator defaults, checked once at start-up.
+//! * The server JSON schema lives with the model (`model::schema`): it runs while servers
+//!   are read. The allocator defaults are checked by the engine (`engine::defaults`).
 
-mod defaults;
-mod patterns;
 mod payload;
-mod schema;
-mod server;
-
-use serde::Serialize;
 
 use crate::js::Js;
 use crate::model::{AllocateBody, Server};
 
-pub use defaults::validate_defaults;
-pub use patterns::{is_platform, is_uuid, uuid_shaped};
+pub use crate::model::schema::{is_platform, is_uuid, validate_server};
+pub use crate::model::FieldError;
 pub use payload::{
     validate_affinity, validate_image, validate_locality, validate_nic_tag_requirements, validate_package,
     validate_platform_limits, validate_ticket, validate_tickets, validate_traits, validate_vm_extensions,
     validate_vm_payload,
 };
-pub use server::{plain_vm_is_valid, validate_server};
-
-/// One bad request field: `{field, code, message}` as CNAPI reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct FieldError {
-    pub field: String,
-    pub code: String,
-    pub message: String,
-}
-
-impl FieldError {
-    pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
-        FieldError { field: field.into(), code: "Invalid".into(), message: message.into() }
-    }
-}
 
 /// Runs CNAPI's `/allocate` validations in order; the first failure is returned.
 /// Side effects as in the original: `internal_metadata["docker:volumesfrom"]` is parsed into

@@ -5,13 +5,13 @@
 //! The request objects arrive typed, so "is not a hash" of the VM, image and package cannot
 //! happen here (the body reader already refused non-objects).
 
-use crate::js::{string_to_number, Js};
-use crate::model::{Image, Package, Ticket, VmPayload};
 use crate::js::regex::js_regex;
-use crate::plugins::shared::affinity::Affinity;
+use crate::js::{string_to_number, Js};
+use crate::model::affinity::Affinity;
+use crate::model::{Image, Package, Ticket, VmPayload};
 
-use super::patterns::{self, is_array_index, is_platform, is_sdc_version, is_uuid};
-use super::schema::{self, property, Leaf, Ty};
+use crate::model::schema::patterns::{self, is_array_index, is_platform, is_sdc_version, is_uuid};
+use crate::model::schema::{self, property, Leaf, Ty};
 
 /// `isHash`: a plain object (not `null`, not an array).
 fn is_hash(v: &Js) -> bool {

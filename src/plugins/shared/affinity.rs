@@ -31,67 +31,7 @@ use regex::Regex;
 use super::vm_index::{ListQuery, Predicate, VmIndex};
 use crate::js::regex::js_regex;
 use crate::js::{strict_eq, Js, JsObject};
-
-/// One affinity rule, as validation guarantees it (strings and a boolean).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Affinity {
-    pub key: String,
-    /// `==` or `!=`.
-    pub operator: String,
-    pub value: String,
-    /// `exact`, `glob` or `re`.
-    pub value_type: String,
-    pub is_soft: bool,
-}
-
-impl Affinity {
-    /// Reads one element of `vm.affinity`; `Err` names the malformed field.
-    pub fn from_js(v: &Js) -> Result<Affinity, String> {
-        let text = |name: &str| {
-            v.get(name).as_str().map(str::to_owned).ok_or_else(|| format!("affinity.{name} (string) is required"))
-        };
-        Ok(Affinity {
-            key: text("key")?,
-            operator: text("operator")?,
-            value: text("value")?,
-            value_type: text("valueType")?,
-            is_soft: v.get("isSoft").truthy(),
-        })
-    }
-
-    /// The rule as written: `key` `operator` (`~` when soft) `value`.
-    pub fn expr(&self) -> String {
-        format!("{}{}{}{}", self.key, self.operator, if self.is_soft { "~" } else { "" }, self.value)
-    }
-
-    fn is_instance(&self) -> bool {
-        self.key == "instance" || self.key == "container"
-    }
-
-    /// The regex source of an `re` value: the value without its first and last characters.
-    fn regex_source(&self) -> String {
-        let mut chars = self.value.chars();
-        chars.next();
-        chars.next_back();
-        chars.collect()
-    }
-
-    /// The alias regex of an instance `glob` (full-search fallback): `*` becomes `.*`, and
-    /// nothing else is escaped, as in the original.
-    fn glob_source(&self) -> String {
-        format!("^{}$", self.value.replace('*', ".*"))
-    }
-
-    /// Every regex this rule may compile when it is resolved: `re` values, and instance
-    /// globs (tag globs use the look-up's own `*` matching).
-    pub fn patterns(&self) -> Vec<String> {
-        match self.value_type.as_str() {
-            "re" => vec![self.regex_source()],
-            "glob" if self.is_instance() => vec![self.glob_source()],
-            _ => Vec::new(),
-        }
-    }
-}
+pub use crate::model::affinity::Affinity;
 
 /// The locality derived from affinities.
 #[derive(Debug, Clone, PartialEq)]
@@ -325,7 +265,6 @@ fn compile(aff: &Affinity, source: &str) -> Result<Regex, String> {
     js_regex(source).map_err(|_| format!("Invalid regular expression: /{source}/ in affinity \"{}\"", aff.expr()))
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -522,16 +461,5 @@ mod tests {
     fn null_tag_with_regex_is_an_error() {
         let idx = index(json!({WEB3: {"owner_uuid": OWNER, "tags": {"role": null}}}));
         assert!(run(&idx, &[aff("role", "!=", "/x/", "re", false)]).is_err());
-    }
-
-    #[test]
-    fn affinity_from_js_requires_strings() {
-        let a: Js = serde_json::from_value(
-            json!({"key": "instance", "operator": "==", "value": "w", "valueType": "glob", "isSoft": true}),
-        )
-        .expect("js");
-        let a = Affinity::from_js(&a).expect("valid");
-        assert_eq!(a.expr(), "instance==~w");
-        assert!(Affinity::from_js(&Js::Null).is_err());
     }
 }

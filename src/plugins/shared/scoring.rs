@@ -145,7 +145,6 @@ pub fn normalize(
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

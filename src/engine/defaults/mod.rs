@@ -8,9 +8,11 @@
 
 use serde::Deserialize;
 
-use crate::js::Js;
 use crate::js::owner_filter::OwnerFilters;
-use crate::validate::validate_defaults;
+use crate::js::Js;
+use validate::validate_defaults;
+
+mod validate;
 
 /// Validated allocator defaults.
 #[derive(Debug, Default, Deserialize)]

@@ -10,7 +10,7 @@ use crate::js::{Js, JsObject};
 use crate::model::{Nic, PlainVm, Server, ServerVm, Shape, Sysinfo};
 
 use super::patterns::{first_in_js_order, first_of_entries_in_js_order};
-use super::schema::{self, property, Leaf, Pattern, Ty};
+use super::{self as schema, property, Leaf, Pattern, Ty};
 
 const UUID: Leaf = Leaf::of(Ty::String).required().pattern(Pattern::Uuid);
 const COUNT_0: Leaf = Leaf::of(Ty::Integer).required().min(0.0);

@@ -11,7 +11,11 @@
 
 use crate::js::{fmt_num, Js};
 
-use super::patterns;
+pub mod patterns;
+mod server;
+
+pub use patterns::{is_platform, is_uuid, uuid_shaped};
+pub use server::{plain_vm_is_valid, validate_server};
 
 /// A schema `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use crate::js::Js;
 
-use super::patterns::{self, is_platform, is_uuid};
+use crate::model::schema::patterns::{self, is_platform, is_uuid};
 
 const BOOLEAN: [&str; 5] = [
     "filter_headnode",
