@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 
 use dapi::config::ServiceConfig;
 use dapi::engine::StepsFormat;
-use dapi::model::parse_allocate_body;
 use dapi::validate::validate_allocate;
+use dapi::wire::parse_allocate_body;
 
 const DAPI: &str = env!("CARGO_BIN_EXE_dapi");
 

@@ -14,8 +14,9 @@ use std::process::ExitCode;
 
 use crate::config::ServiceConfig;
 use crate::engine::{Engine, StepsFormat};
-use crate::model::{parse_allocate_body, parse_capacity_body, BodyError};
+use crate::model::BodyError;
 use crate::validate::{validate_allocate, validate_server_list};
+use crate::wire::{parse_allocate_body, parse_capacity_body};
 
 const USAGE: &str = "usage: dapi serve [--config FILE]
        dapi allocate [--config FILE] [--steps full|removed] REQUEST.json

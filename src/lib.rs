@@ -14,3 +14,4 @@ pub mod js;
 pub mod model;
 pub mod plugins;
 pub mod validate;
+pub mod wire;

@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use dapi::engine::Engine;
-use dapi::model::parse_allocate_body;
 use dapi::validate::validate_allocate;
+use dapi::wire::parse_allocate_body;
 use serde_json::Value;
 
 fn replay(case: &Value) -> Result<Value, String> {

@@ -28,7 +28,7 @@ fn datacenter(copies: usize) -> Value {
 fn expected(body: &[u8], format: StepsFormat) -> Vec<u8> {
     let config = dapi::config::ServiceConfig::load(None, Vec::new()).expect("default config");
     let engine = config.engine().expect("engine");
-    let mut request = dapi::model::parse_allocate_body(body).unwrap_or_else(|_| panic!("the body parses"));
+    let mut request = dapi::wire::parse_allocate_body(body).unwrap_or_else(|_| panic!("the body parses"));
     dapi::validate::validate_allocate(&mut request).expect("valid");
     let allocation = engine.allocate(&request).expect("allocation");
     allocation.answer_json(&request, format).expect("answer")
@@ -95,7 +95,7 @@ async fn a_big_body_is_read_as_it_arrives_with_the_same_answers() {
     broken.pop();
     let reply = post(s.addr, &broken).await;
     assert_eq!(reply.status, 400);
-    let Err(dapi::model::BodyError::Malformed(message)) = dapi::model::parse_allocate_body(&broken) else {
+    let Err(dapi::model::BodyError::Malformed(message)) = dapi::wire::parse_allocate_body(&broken) else {
         panic!("a body cut short is malformed")
     };
     assert_eq!(reply.json()["message"], json!(message));

@@ -12,9 +12,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use dapi::engine::{Engine, Expr};
-use dapi::model::parse_allocate_body;
 use dapi::plugins::Kind;
 use dapi::validate::validate_allocate;
+use dapi::wire::parse_allocate_body;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

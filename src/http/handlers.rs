@@ -14,10 +14,9 @@ use super::intake::{run_limited, BodySeen, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
-use crate::model::{
-    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, BodyError, Server,
-};
+use crate::model::{AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
+use crate::wire::{parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body};
 
 fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {

@@ -15,7 +15,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::errors::ApiError;
 use super::AppState;
 use crate::engine::Engine;
-use crate::model::Arriving;
+use crate::wire::Arriving;
 
 /// Refuses any content type but JSON (a missing one is taken as JSON).
 pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {

@@ -4,21 +4,16 @@
 //! Fields the original reads loosely (numbers that may arrive as strings, flags that are
 //! only tested for truthiness) are [`Js`] values: absent reads as `Js::Undefined`, and the
 //! plugins apply JS coercion through [`crate::js`]. Wire names that do not carry a unit get
-//! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored.
+//! one in the Rust name (`ram` → `ram_mib`). Unknown fields are ignored. Reading them off the
+//! wire is [`crate::wire`]'s business; what a valid server is, [`schema`]'s.
 
 pub mod affinity;
-mod arriving;
-mod cursor;
 mod request;
 pub mod schema;
 mod shape;
 mod vms;
 
-pub use arriving::{Arriving, Writer as ArrivingWriter};
-pub use request::{
-    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, AllocateBody, BodyError, FieldError,
-    ParamType,
-};
+pub use request::{AllocateBody, BodyError, FieldError, ParamType};
 pub use shape::{EmptyValue, Shape};
 pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 
@@ -37,41 +32,65 @@ pub fn from_test_json<T: serde::Deserialize<'static>>(v: &serde_json::Value) -> 
     serde_json::from_str(text).unwrap_or_else(|e| panic!("test JSON does not fit the model: {e}"))
 }
 
-/// A CNAPI server object. Strings of its VMs borrow from the request body (`'a`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-pub struct Server<'a> {
-    pub uuid: Js,
-    pub status: Js,
-    pub setup: Js,
-    pub reserved: Js,
-    pub reservoir: Js,
-    pub headnode: Js,
-    pub traits: Js,
-    pub current_platform: Js,
-    pub next_reboot: Js,
-    pub last_boot: Js,
-    pub memory_available_bytes: Js,
-    pub memory_total_bytes: Js,
-    pub reservation_ratio: Js,
-    pub disk_pool_size_bytes: Js,
-    pub disk_pool_alloc_bytes: Js,
-    pub disk_system_used_bytes: Js,
-    pub disk_installed_images_used_bytes: Js,
-    pub disk_cores_quota_used_bytes: Js,
-    pub disk_zone_quota_bytes: Js,
-    pub disk_zone_quota_used_bytes: Js,
-    pub disk_kvm_quota_bytes: Js,
-    pub disk_kvm_zvol_volsize_bytes: Js,
+/// Declares [`Server`] from one list of its loosely read fields, so that the struct, the
+/// serde reader and the fast reader (`wire::body`) always know the same fields: adding a
+/// server field is one line here.
+macro_rules! server_model {
+    ($($(#[$doc:meta])* $field:ident,)*) => {
+        /// A CNAPI server object. Strings of its VMs borrow from the request body (`'a`).
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(default)]
+        pub struct Server<'a> {
+            $($(#[$doc])* pub $field: Js,)*
+            pub sysinfo: Shape<Sysinfo>,
+            #[serde(borrow)]
+            pub vms: Shape<VmMap<'a>>,
+            /// The server schema's verdict ([`schema::validate_server`]), worked out while
+            /// the server is read (its data is then at hand) or on first use.
+            #[serde(skip)]
+            schema: std::sync::OnceLock<Option<String>>,
+        }
+
+        impl Server<'_> {
+            /// Every field read from a server object, as named on the wire.
+            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field),)* "sysinfo", "vms"];
+
+            /// The loosely read ([`Js`]) field named `name` on the wire.
+            pub fn js_field_mut(&mut self, name: &str) -> Option<&mut Js> {
+                match name {
+                    $(stringify!($field) => Some(&mut self.$field),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+server_model! {
+    uuid,
+    status,
+    setup,
+    reserved,
+    reservoir,
+    headnode,
+    traits,
+    current_platform,
+    next_reboot,
+    last_boot,
+    memory_available_bytes,
+    memory_total_bytes,
+    reservation_ratio,
+    disk_pool_size_bytes,
+    disk_pool_alloc_bytes,
+    disk_system_used_bytes,
+    disk_installed_images_used_bytes,
+    disk_cores_quota_used_bytes,
+    disk_zone_quota_bytes,
+    disk_zone_quota_used_bytes,
+    disk_kvm_quota_bytes,
+    disk_kvm_zvol_volsize_bytes,
     /// `{cpu, ram, disk, io, net}` ratios; an object in valid servers.
-    pub overprovision_ratios: Js,
-    pub sysinfo: Shape<Sysinfo>,
-    #[serde(borrow)]
-    pub vms: Shape<VmMap<'a>>,
-    /// The server schema's verdict ([`schema::validate_server`]), worked out while
-    /// the server is read (its data is then at hand) or on first use.
-    #[serde(skip)]
-    schema: std::sync::OnceLock<Option<String>>,
+    overprovision_ratios,
 }
 
 impl<'a> Server<'a> {

@@ -5,7 +5,8 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::model::{parse_allocate_body, Image, Package, Server, Ticket, VmPayload};
+use crate::model::{Image, Package, Server, Ticket, VmPayload};
+use crate::wire::parse_allocate_body;
 
 const VM_KEY: &str = "62559b33-4f3a-4505-a942-87cc557fdf4e";
 

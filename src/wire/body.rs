@@ -1,0 +1,715 @@
+//! Reading request bodies into the typed models.
+//!
+//! Bodies are read once: servers are kept as borrowed raw JSON (for echoing the chosen
+//! server back as received) and parsed into [`Server`]s. Type problems of the top-level
+//! parameters are collected and reported together, the way CNAPI's parameter check does.
+
+use indexmap::IndexMap;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::arriving::{Arriving, Progress};
+use super::cursor::Cursor;
+use super::vms::read_vms;
+use crate::js::Js;
+use crate::model::{AllocateBody, BodyError, FieldError, Image, Package, ParamType, Server, Ticket, VmPayload};
+
+type TopLevel<'a> = IndexMap<String, &'a RawValue>;
+
+fn top_level(body: &[u8]) -> Result<TopLevel<'_>, BodyError> {
+    serde_json::from_slice::<TopLevel>(body)
+        .map_err(|e| BodyError::Malformed(format!("body is not a JSON object: {e}")))
+}
+
+fn not_object(field: &str, t: ParamType) -> FieldError {
+    FieldError::invalid(field, format!("value is not an object. (was: {})", t.tag()))
+}
+
+fn not_array(field: &str) -> FieldError {
+    FieldError::invalid(field, "value was not an array")
+}
+
+fn parse_typed<'a, T: Deserialize<'a>>(field: &str, raw: &'a RawValue, errors: &mut Vec<FieldError>) -> Option<T> {
+    match serde_json::from_str::<T>(raw.get()) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(FieldError::invalid(field, format!("cannot be read: {e}")));
+            None
+        }
+    }
+}
+
+/// Reads the servers array: every element must be an object.
+fn parse_servers<'a>(
+    field: &str,
+    raw: &'a RawValue,
+    errors: &mut Vec<FieldError>,
+) -> Option<(Vec<&'a str>, Vec<Server<'a>>)> {
+    let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
+        Ok(v) => v,
+        Err(_) => {
+            errors.push(not_array(field));
+            return None;
+        }
+    };
+    let mut servers = Vec::with_capacity(raws.len());
+    let before = errors.len();
+    for (i, r) in raws.iter().enumerate() {
+        let t = ParamType::of(Some(r));
+        if t != ParamType::Object {
+            errors.push(not_object(&format!("{field}[{i}]"), t));
+            continue;
+        }
+        if let Some(s) = parse_typed::<Server>(&format!("{field}[{i}]"), r, errors) {
+            servers.push(s);
+        }
+    }
+    (errors.len() == before).then_some((raws.iter().map(|r| r.get()).collect(), servers))
+}
+
+/// The top-level members but `servers`, and `servers`.
+type Walked<'a> = (TopLevel<'a>, Option<ServersMember<'a>>);
+
+/// The `servers` member as read in the one pass over the body.
+enum ServersMember<'a> {
+    /// An array: each server's text and typed form, or the problems of its elements.
+    Array(Result<(Vec<&'a str>, Vec<Server<'a>>), Vec<FieldError>>),
+    /// Something else.
+    NotArray,
+}
+
+/// The top-level object and the servers array are walked with a [`Cursor`] so that each
+/// server is read once, straight into its typed form, while its text is remembered.
+impl<'a> Cursor<'a> {
+    /// The server object at the cursor and its text: read field by field with the fast
+    /// readers where they apply; a server they give up on is read again by serde_json
+    /// (which also words any error).
+    fn server(&mut self) -> serde_json::Result<(Server<'a>, &'a str)> {
+        self.peek();
+        let start = self.pos;
+        let (server, raw) = match self.server_fast() {
+            Some(server) => (server, &self.text[start..self.pos]),
+            None => {
+                self.pos = start;
+                self.value::<Server>()?
+            }
+        };
+        // While the server's data is at hand.
+        server.schema_violation();
+        Ok((server, raw))
+    }
+
+    fn server_fast(&mut self) -> Option<Server<'a>> {
+        if !self.eat(b'{') {
+            return None;
+        }
+        let mut s = Server::default();
+        let mut seen = 0u32;
+        if self.eat(b'}') {
+            return Some(s);
+        }
+        loop {
+            let key = self.key()?;
+            let bit = Server::FIELDS.iter().position(|&f| f == key);
+            if let Some(bit) = bit {
+                // A repeated field is an error serde_json reports.
+                if seen & (1 << bit) != 0 {
+                    return None;
+                }
+                seen |= 1 << bit;
+            }
+            if let Some(slot) = s.js_field_mut(key) {
+                *slot = self.js().ok()?;
+            } else {
+                match key {
+                    "sysinfo" => s.sysinfo = self.value().ok()?.0,
+                    "vms" => s.vms = read_vms(self).ok()?,
+                    _ => self.skip().ok()?,
+                }
+            }
+            if self.eat(b'}') {
+                return Some(s);
+            }
+            if !self.eat(b',') {
+                return None;
+            }
+        }
+    }
+
+    /// The servers array, the cursor being at its `[`.
+    fn servers(&mut self) -> serde_json::Result<ServersMember<'a>> {
+        self.expect(b'[')?;
+        let (mut raws, mut servers, mut errors) = (Vec::new(), Vec::new(), Vec::new());
+        let mut i = 0;
+        while !self.eat(b']') {
+            if i > 0 {
+                self.expect(b',')?;
+            }
+            let field = || format!("servers[{i}]");
+            if self.peek() == Some(b'{') {
+                match self.server() {
+                    Ok((server, raw)) => {
+                        raws.push(raw);
+                        servers.push(server);
+                    }
+                    // Well-formed JSON the model cannot take (a repeated field).
+                    Err(e) if e.classify() == serde_json::error::Category::Data => {
+                        errors.push(FieldError::invalid(field(), format!("cannot be read: {e}")));
+                        self.value::<serde::de::IgnoredAny>()?;
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                let (raw, _) = self.value::<&RawValue>()?;
+                errors.push(not_object(&field(), ParamType::of(Some(raw))));
+            }
+            i += 1;
+        }
+        servers.shrink_to_fit();
+        Ok(ServersMember::Array(if errors.is_empty() { Ok((raws, servers)) } else { Err(errors) }))
+    }
+
+    /// The top-level object: every member but `servers` as raw JSON (a repeated key keeps
+    /// its first position and its last value, as `JSON.parse` does).
+    fn allocate_body(&mut self) -> serde_json::Result<Walked<'a>> {
+        self.expect(b'{')?;
+        self.allocate_body_members(TopLevel::new(), None, true)
+    }
+
+    /// The top-level members from the cursor on, after `first` (whether none came yet).
+    fn allocate_body_members(
+        &mut self,
+        mut top: TopLevel<'a>,
+        mut servers: Option<ServersMember<'a>>,
+        mut first: bool,
+    ) -> serde_json::Result<Walked<'a>> {
+        while !self.eat(b'}') {
+            if !first {
+                self.expect(b',')?;
+            }
+            first = false;
+            if self.peek() != Some(b'"') {
+                return Err(serde::de::Error::custom("expected a key"));
+            }
+            let (key, _) = self.value::<String>()?;
+            self.expect(b':')?;
+            if key == "servers" {
+                servers = Some(if self.peek() == Some(b'[') {
+                    self.servers()?
+                } else {
+                    self.value::<&RawValue>()?;
+                    ServersMember::NotArray
+                });
+            } else {
+                let (raw, _) = self.value::<&RawValue>()?;
+                top.insert(key, raw);
+            }
+        }
+        if self.peek().is_some() {
+            return Err(serde::de::Error::custom("trailing characters"));
+        }
+        Ok((top, servers))
+    }
+}
+
+/// Why a body that could not be walked is malformed, worded as serde_json words it.
+fn malformed(body: &[u8], walk_error: serde_json::Error) -> BodyError {
+    match top_level(body) {
+        Err(e) => e,
+        Ok(_) => BodyError::Malformed(format!("body is not a JSON object: {walk_error}")),
+    }
+}
+
+/// Reads the tickets; a ticket that is not an object gets `validateTickets`' message.
+fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Ticket>> {
+    let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
+        Ok(v) => v,
+        Err(e) => {
+            errors.push(FieldError::invalid("tickets", format!("cannot be read: {e}")));
+            return None;
+        }
+    };
+    let mut tickets = Vec::with_capacity(raws.len());
+    for r in raws {
+        if ParamType::of(Some(r)) != ParamType::Object {
+            errors.push(FieldError::invalid("tickets", r#"ticket uuid "undefined" - "ticket" has invalid type"#));
+            return None;
+        }
+        tickets.push(parse_typed::<Ticket>("tickets", r, errors)?);
+    }
+    Some(tickets)
+}
+
+/// Reads a `POST /allocate` body: `{servers, vm, image|img, package|pkg?, tickets?,
+/// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
+/// `nic_tag_requirements` are copied into the VM, as CNAPI did.
+pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
+    let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
+    let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
+    read_allocate_body(walked)
+}
+
+/// [`parse_allocate_body`] of a body still arriving: its servers are read as they come, so
+/// that little is left to do when the last byte is in. The answer is the same: anything
+/// unusual (`servers` not first, an invalid server, bad JSON) waits for the whole body and
+/// reads it as [`parse_allocate_body`] does.
+pub fn parse_arriving_allocate_body(body: &Arriving) -> Result<AllocateBody<'_>, BodyError> {
+    if let Some(walked) = walk_arriving(body) {
+        return read_allocate_body(walked);
+    }
+    match body.complete() {
+        Some(bytes) => parse_allocate_body(bytes),
+        None => Err(BodyError::Malformed("the body did not arrive whole".into())),
+    }
+}
+
+/// The typed request from the walked top level.
+fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError> {
+    let (top, servers_member) = walked;
+    let get = |names: &[&str]| names.iter().find_map(|n| top.get(*n).copied());
+    let mut errors = Vec::new();
+
+    let servers = match servers_member {
+        Some(ServersMember::Array(Ok(servers))) => Some(servers),
+        Some(ServersMember::Array(Err(problems))) => {
+            errors.extend(problems);
+            None
+        }
+        Some(ServersMember::NotArray) | None => {
+            errors.push(not_array("servers"));
+            None
+        }
+    };
+    let mut object = |field: &str, names: &[&str], required: bool| -> Option<&RawValue> {
+        let raw = get(names);
+        match ParamType::of(raw) {
+            ParamType::Object => raw,
+            ParamType::Undefined if !required => None,
+            t => {
+                errors.push(not_object(field, t));
+                None
+            }
+        }
+    };
+    let package_raw = object("package", &["package", "pkg"], false);
+    let image_raw = object("image", &["image", "img"], true);
+    let vm_raw = object("vm", &["vm"], true);
+    let mut array = |field: &str| -> Option<&RawValue> {
+        let raw = get(&[field]);
+        match ParamType::of(raw) {
+            ParamType::Array => raw,
+            ParamType::Undefined => None,
+            _ => {
+                errors.push(not_array(field));
+                None
+            }
+        }
+    };
+    let nic_tag_requirements = array("nic_tag_requirements");
+    let nic_tags = array("nic_tags");
+    let tickets_raw = array("tickets");
+
+    let seed = match get(&["seed"]) {
+        None => None,
+        Some(raw) => match serde_json::from_str::<u64>(raw.get()) {
+            Ok(s) => Some(s),
+            Err(_) => {
+                errors.push(FieldError::invalid("seed", "must be a non-negative integer"));
+                None
+            }
+        },
+    };
+
+    let package = package_raw.and_then(|r| parse_typed::<Package>("package", r, &mut errors));
+    let image = image_raw.and_then(|r| parse_typed::<Image>("image", r, &mut errors));
+    let mut vm = vm_raw.and_then(|r| parse_typed::<VmPayload>("vm", r, &mut errors));
+    let tickets = match tickets_raw {
+        Some(r) => parse_tickets(r, &mut errors),
+        None => Some(Vec::new()),
+    };
+
+    if !errors.is_empty() {
+        return Err(BodyError::Invalid(errors));
+    }
+    let (Some((raw_servers, servers)), Some(image), Some(vm_payload), Some(tickets)) =
+        (servers, image, vm.as_mut(), tickets)
+    else {
+        return Err(BodyError::Malformed("body could not be read".into()));
+    };
+    if let Some(r) = nic_tag_requirements {
+        vm_payload.nic_tag_requirements = serde_json::from_str::<Js>(r.get()).unwrap_or_default();
+    }
+    if let Some(r) = nic_tags {
+        vm_payload.nic_tags = serde_json::from_str::<Js>(r.get()).unwrap_or_default();
+    }
+    let vm = vm.unwrap_or_default();
+    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed })
+}
+
+/// Reads a `POST /capacity` body: `{servers: [...]}` or a bare array of servers.
+pub fn parse_capacity_body(body: &[u8]) -> Result<(Vec<&str>, Vec<Server<'_>>), BodyError> {
+    let root: &RawValue =
+        serde_json::from_slice(body).map_err(|e| BodyError::Malformed(format!("body is not JSON: {e}")))?;
+    let mut errors = Vec::new();
+    let parsed = match ParamType::of(Some(root)) {
+        ParamType::Array => parse_servers("servers", root, &mut errors),
+        ParamType::Object => {
+            let top = top_level(body)?;
+            match top.get("servers") {
+                Some(r) if ParamType::of(Some(r)) == ParamType::Array => parse_servers("servers", r, &mut errors),
+                _ => {
+                    errors.push(not_array("servers"));
+                    None
+                }
+            }
+        }
+        _ => return Err(BodyError::Malformed("body must be an array of servers or {\"servers\": [...]}".into())),
+    };
+    match parsed {
+        Some(p) if errors.is_empty() => Ok(p),
+        _ => Err(BodyError::Invalid(errors)),
+    }
+}
+
+/// The validated text of an arriving body, growing as bytes come.
+struct ArrivingText<'a> {
+    body: &'a Arriving,
+    valid: usize,
+    /// Whether some text was given already (a call that adds nothing to it gives `None`).
+    given: bool,
+}
+
+impl<'a> ArrivingText<'a> {
+    /// The text once at least `target` bytes are in, or all of it once the body is
+    /// complete; `None` when it cannot grow (all of it was given already, or the body is
+    /// broken or not UTF-8).
+    fn grow(&mut self, target: usize) -> Option<&'a str> {
+        let mut have = self.body.received().len();
+        while have < target {
+            match self.body.wait_beyond(have) {
+                Progress::More(n) => have = n,
+                Progress::Complete(_) => break,
+                Progress::Broken => return None,
+            }
+        }
+        let before = self.valid;
+        let bytes = self.body.received();
+        match std::str::from_utf8(&bytes[self.valid..]) {
+            Ok(_) => self.valid = bytes.len(),
+            // A character cut by the end of what came: up to it.
+            Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
+            Err(_) => return None,
+        }
+        if self.valid == before && self.given {
+            return None;
+        }
+        self.given = true;
+        // SAFETY: `bytes[..valid]` was checked as UTF-8 piece by piece, each piece ending on
+        // a character boundary, and those bytes never change.
+        Some(unsafe { std::str::from_utf8_unchecked(&bytes[..self.valid]) })
+    }
+}
+
+/// The next element of the servers array: `Some(None)` at its end, `None` when it cannot be
+/// read (cut short, or not an ordinary server).
+fn next_server<'a>(c: &mut Cursor<'a>, first: bool) -> Option<Option<(Server<'a>, &'a str)>> {
+    if c.eat(b']') {
+        return Some(None);
+    }
+    if !first && !c.eat(b',') {
+        return None;
+    }
+    if c.peek() != Some(b'{') {
+        return None;
+    }
+    c.server().ok().map(Some)
+}
+
+/// Walks an arriving body whose first member is `servers`, reading each server as soon as
+/// its bytes are in; `None` for anything else (the caller then reads the whole body).
+fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
+    let mut text = ArrivingText { body, valid: 0, given: false };
+    let mut c = Cursor::new(text.grow(1)?);
+    // `{"servers": [`, usually in the first frame.
+    loop {
+        c.pos = 0;
+        let head = c.eat(b'{') && c.key() == Some("servers") && c.peek() == Some(b'[');
+        if head {
+            break;
+        }
+        if c.text.len() > 64 {
+            return None;
+        }
+        c.text = text.grow(c.text.len() + 1)?;
+    }
+    c.pos += 1;
+    let (mut raws, mut servers) = (Vec::new(), Vec::new());
+    loop {
+        let start = c.pos;
+        let mut attempt = Cursor { text: c.text, pos: start };
+        match next_server(&mut attempt, servers.is_empty()) {
+            Some(Some((server, raw))) => {
+                servers.push(server);
+                raws.push(raw);
+                c.pos = attempt.pos;
+            }
+            Some(None) => {
+                c.pos = attempt.pos;
+                break;
+            }
+            // Cut short, most likely: wait for as much again as this element has so far, so
+            // that even a huge server is retried only a few times.
+            None => c.text = text.grow(c.text.len() + (c.text.len() - start).max(4096))?,
+        }
+    }
+    servers.shrink_to_fit();
+    // The rest (vm, image, package, tickets) is small: read it once the body is whole.
+    let whole = body.complete()?;
+    let whole = std::str::from_utf8(whole).ok()?;
+    let mut c = Cursor { text: whole, pos: c.pos };
+    c.allocate_body_members(TopLevel::new(), Some(ServersMember::Array(Ok((raws, servers)))), false).ok()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `parse_arriving_allocate_body` of `body` written in pieces of `piece` bytes by
+    /// another thread (or abandoned after `cut` bytes), as its Debug text.
+    fn arriving(body: &[u8], piece: usize, cut: Option<usize>) -> String {
+        let (arriving, mut writer) = Arriving::new(body.len());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let end = cut.unwrap_or(body.len());
+                for chunk in body[..end].chunks(piece) {
+                    writer.push(chunk);
+                    std::thread::yield_now();
+                }
+                if cut.is_none() {
+                    writer.finish();
+                }
+            });
+            format!("{:?}", parse_arriving_allocate_body(&arriving))
+        })
+    }
+
+    /// Whether the servers of `body`, written in pieces, were read while it arrived.
+    fn streamed(body: &[u8], piece: usize) -> bool {
+        let (arriving, mut writer) = Arriving::new(body.len());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for chunk in body.chunks(piece) {
+                    writer.push(chunk);
+                    std::thread::yield_now();
+                }
+                writer.finish();
+            });
+            walk_arriving(&arriving).is_some()
+        })
+    }
+
+    fn whole(body: &[u8]) -> String {
+        format!("{:?}", parse_allocate_body(body))
+    }
+
+    fn case_bodies() -> Vec<Vec<u8>> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
+        let mut bodies = Vec::new();
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let case: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            bodies.push(serde_json::to_vec(&case["request"]).unwrap_or_default());
+        }
+        assert!(bodies.len() > 10, "the vendored cases are there");
+        bodies
+    }
+
+    #[test]
+    fn an_arriving_body_reads_as_the_whole_one() {
+        let mut streamed_bodies = 0;
+        for body in case_bodies() {
+            for piece in [1usize, 7, 100, 4096, 1 << 20] {
+                assert_eq!(arriving(&body, piece, None), whole(&body), "pieces of {piece}");
+            }
+            let servers_first = body.starts_with(br#"{"servers":"#);
+            if servers_first && parse_allocate_body(&body).is_ok() {
+                assert!(streamed(&body, 100), "{}", String::from_utf8_lossy(&body[..200.min(body.len())]));
+                streamed_bodies += 1;
+            }
+        }
+        assert!(streamed_bodies > 10, "only {streamed_bodies} bodies were read while arriving");
+    }
+
+    #[test]
+    fn unusual_arriving_bodies_read_as_whole_ones() {
+        let ok =
+            br#"{"servers": [{"uuid": "a"}, {"uuid": "b", "vms": {"v": {"owner_uuid": 1}}}], "vm": {}, "image": {}}"#;
+        let bodies: Vec<&[u8]> = vec![
+            ok,
+            br#"{"vm": {}, "servers": [{"uuid": "a"}], "image": {}}"#,
+            br#"{"servers": [{"uuid": "a"}, 7], "vm": {}, "image": {}}"#,
+            br#"{"servers": [{"uuid": "a"} {"uuid": "b"}], "vm": {}, "image": {}}"#,
+            br#"{"servers": [], "vm": {}, "image": {}, "servers": [{"uuid": "c"}]}"#,
+            b"{\"servers\": [{\"uuid\": \"\\u00e9t\\u00e9\", \"hostname\": \"\xc3\xa9t\xc3\xa9\"}], \"vm\": {}, \"image\": {}}",
+            br#"{"servers": [{"uuid": "a"}], "vm": {}, "image": {}"#,
+            b"",
+            b"   ",
+            b"{\"servers\": [{\"uuid\": \"\xff\"}], \"vm\": {}, \"image\": {}}",
+        ];
+        for body in bodies {
+            for piece in [1usize, 3, 16, 1 << 20] {
+                assert_eq!(
+                    arriving(body, piece, None),
+                    whole(body),
+                    "{} in pieces of {piece}",
+                    String::from_utf8_lossy(body)
+                );
+            }
+        }
+        // A body that stops arriving is an error, whatever was read of it.
+        for cut in [0, 5, 30, ok.len() - 1] {
+            let read = arriving(ok, 4, Some(cut));
+            assert!(read.starts_with("Err(Malformed"), "{read}");
+        }
+    }
+
+    /// The field list a derived reader passes to `deserialize_struct`.
+    pub(crate) fn serde_fields<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+        struct Probe;
+        #[derive(Debug)]
+        struct Fields(&'static [&'static str]);
+        impl std::fmt::Display for Fields {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{:?}", self.0)
+            }
+        }
+        impl std::error::Error for Fields {}
+        impl serde::de::Error for Fields {
+            fn custom<M: std::fmt::Display>(_: M) -> Self {
+                Fields(&[])
+            }
+        }
+        impl<'de> serde::Deserializer<'de> for Probe {
+            type Error = Fields;
+            fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Fields> {
+                Err(Fields(&[]))
+            }
+            fn deserialize_struct<V: serde::de::Visitor<'de>>(
+                self,
+                _: &'static str,
+                fields: &'static [&'static str],
+                _: V,
+            ) -> Result<V::Value, Fields> {
+                Err(Fields(fields))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+                unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+            }
+        }
+        match T::deserialize(Probe) {
+            Err(Fields(fields)) => fields,
+            Ok(_) => &[],
+        }
+    }
+
+    #[test]
+    fn the_fast_reader_knows_every_server_field() {
+        assert_eq!(serde_fields::<Server>(), Server::FIELDS);
+    }
+
+    /// Servers of every odd shape: read field by field (with fallbacks), they come out as
+    /// serde_json reads them, or the fast reader gives up and serde_json reads them.
+    #[test]
+    fn fast_and_serde_readers_agree() {
+        let owner = "930896af-bf8c-48d4-885c-6573a94b1853";
+        let vm = |extra: &str| {
+            format!(r#"{{"uuid":"v","owner_uuid":"{owner}","state":"running","max_physical_memory":512{extra}}}"#)
+        };
+        let vms = [
+            format!(r#"{{"a":{}}}"#, vm("")),
+            format!(
+                r#"{{"a":{}, "b": {}}}"#,
+                vm(r#","quota":10,"cpu_cap":100,"brand":"lx","alias":"x""#),
+                vm(r#","last_modified":"2022""#)
+            ),
+            format!(r#"{{"a":{},"a":{}}}"#, vm(r#","alias":"one""#), vm(r#","alias":"two""#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","tags":{"k":1}"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","quota":1.5,"cpu_cap":-1"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","alias":"esc\"aped","brand":null"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","uuid":"dup""#)),
+            format!(r#"{{"a\"b":{},"c":5,"d":null,"e":[1]}}"#, vm("")),
+            format!(r#"{{ "a" : {} , "b":{{}} }}"#, vm(r#" , "quota" : 10 "#)),
+            r#"[1,2]"#.to_string(),
+            r#"null"#.to_string(),
+            format!(r#"{{"a":{}}}"#, vm(r#","max_physical_memory":0012"#)),
+        ];
+        let mut bodies: Vec<String> = vms
+            .iter()
+            .map(|v| format!(r#"{{"uuid":"s","status":"running","memory_total_bytes":1e3,"traits":{{}},"vms":{v}}}"#))
+            .collect();
+        bodies.push(r#"{"uuid":"s","uuid":"t"}"#.into());
+        bodies.push(r#"{"uuid":"s","unknown":{"x":[1,"a"]},"sysinfo":{"CPU Total Cores":8},"vms":{}}"#.into());
+        bodies.push(r#"{}"#.into());
+        bodies.push(r#"{"uuid":"s\u0041","status":12345678901234567,"setup":true,"reserved":0}"#.into());
+        for body in &bodies {
+            let serde = serde_json::from_str::<Server>(body);
+            let mut c = Cursor::new(body);
+            let fast = c.server();
+            match (serde, fast) {
+                (Ok(a), Ok((b, raw))) => {
+                    assert_eq!(a.schema_violation(), b.schema_violation());
+                    assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
+                    assert_eq!(raw, body.trim());
+                }
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{body}"),
+                (a, b) => panic!("{body}: serde {a:?}, fast {b:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn reports_every_type_problem_together() {
+        let Err(BodyError::Invalid(errs)) = parse_allocate_body(br#"{"servers": 5, "vm": null, "nic_tags": {}}"#)
+        else {
+            panic!("expected invalid parameters");
+        };
+        let fields: Vec<_> = errs.iter().map(|e| (e.field.as_str(), e.message.as_str())).collect();
+        assert_eq!(
+            fields,
+            vec![
+                ("servers", "value was not an array"),
+                ("image", "value is not an object. (was: [object Undefined])"),
+                ("vm", "value is not an object. (was: [object Null])"),
+                ("nic_tags", "value was not an array"),
+            ]
+        );
+    }
+
+    #[test]
+    fn accepts_aliases_and_copies_nic_tags_into_the_vm() {
+        let body = br#"{"servers": [{"uuid": "x"}], "vm": {"ram": 1}, "img": {}, "pkg": {"cpu_cap": 5},
+                        "nic_tags": ["admin"]}"#;
+        let parsed = parse_allocate_body(body).expect("valid body");
+        assert_eq!(parsed.servers.len(), 1);
+        assert_eq!(parsed.raw_servers[0], r#"{"uuid": "x"}"#);
+        assert!(parsed.package.is_some());
+        assert_eq!(parsed.vm.nic_tags.stringify(), r#"["admin"]"#);
+    }
+
+    #[test]
+    fn a_server_that_is_not_an_object_is_named() {
+        let Err(BodyError::Invalid(errs)) = parse_allocate_body(br#"{"servers": [{}, 3], "vm": {}, "image": {}}"#)
+        else {
+            panic!("expected invalid parameters");
+        };
+        assert_eq!(errs[0].field, "servers[1]");
+    }
+
+    #[test]
+    fn capacity_takes_an_array_or_an_object() {
+        assert_eq!(parse_capacity_body(br#"[{"uuid":"a"}]"#).map(|p| p.1.len()).ok(), Some(1));
+        assert_eq!(parse_capacity_body(br#"{"servers":[{"uuid":"a"},{}]}"#).map(|p| p.1.len()).ok(), Some(2));
+        assert!(matches!(parse_capacity_body(b"nope"), Err(BodyError::Malformed(_))));
+    }
+}

@@ -1,0 +1,29 @@
+//! Reading request bodies off the wire into the typed models (`crate::model`).
+//!
+//! Nearly all of a request's time is reading its body (a datacenter of 5,000 servers with 30
+//! VMs each is ~50 MB), so there are three ways in, each giving exactly the same models and
+//! the same error messages:
+//!
+//! * **The plain reader** (serde_json, through the models' `Deserialize`): reads anything,
+//!   words every error. It is the oracle the others are tested against.
+//! * **The fast readers** ([`cursor`], and the server and VM readers in [`body`] and
+//!   [`vms`]): walk the bytes once, read ordinary servers and VMs (strings without escapes,
+//!   small whole numbers, known fields) straight into their compact forms borrowing from the
+//!   body, and give up on anything unusual; the plain reader then reads that value again.
+//! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more is parsed while the
+//!   client is still sending it; each server is read as soon as its bytes are in. Anything
+//!   unusual (`servers` not first, a bad server, bad JSON) waits for the whole body and reads
+//!   it the ordinary way.
+//!
+//! A server's schema verdict is worked out while it is read (its data is in cache then).
+
+pub mod arriving;
+mod body;
+mod cursor;
+mod vms;
+
+pub use arriving::{Arriving, Writer as ArrivingWriter};
+pub use body::{parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body};
+
+#[cfg(test)]
+pub(crate) use body::tests::serde_fields;
