@@ -146,7 +146,7 @@ impl ServiceConfig {
             "allocationDescription": self.allocation_description,
             "defaults": defaults,
         });
-        Engine::from_config(&engine_config)
+        Engine::from_config(&engine_config, &crate::registry::built_in()).map_err(|e| e.to_string())
     }
 
     /// A short hash of the engine configuration, to tell which one a running service has.

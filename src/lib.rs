@@ -13,5 +13,6 @@ pub mod http;
 pub mod js;
 pub mod model;
 pub mod plugins;
+pub mod registry;
 pub mod validate;
 pub mod wire;

@@ -11,7 +11,7 @@ use dapi::wire::parse_allocate_body;
 use serde_json::Value;
 
 fn replay(case: &Value) -> Result<Value, String> {
-    let engine = Engine::from_config(&case["config"])?;
+    let engine = Engine::from_config(&case["config"], &dapi::registry::built_in()).map_err(|e| e.to_string())?;
     let body = serde_json::to_vec(&case["request"]).map_err(|e| e.to_string())?;
     let mut request = parse_allocate_body(&body).map_err(|e| format!("{e:?}"))?;
     validate_allocate(&mut request).map_err(|e| format!("{}: {}", e.field, e.message))?;

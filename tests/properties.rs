@@ -11,8 +11,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
+use dapi::engine::Kind;
 use dapi::engine::{Engine, Expr};
-use dapi::plugins::Kind;
 use dapi::validate::validate_allocate;
 use dapi::wire::parse_allocate_body;
 use proptest::prelude::*;
@@ -36,7 +36,7 @@ fn cases() -> &'static [Case] {
             .iter()
             .map(|p| {
                 let case: Value = serde_json::from_str(&std::fs::read_to_string(p).expect("read")).expect("json");
-                let engine = Engine::from_config(&case["config"]).expect("case config");
+                let engine = Engine::from_config(&case["config"], &dapi::registry::built_in()).expect("case config");
                 Case { engine, request: case["request"].clone() }
             })
             .collect()
@@ -98,7 +98,7 @@ fn top_level_hard_filters(chain: &Expr) -> Vec<&'static str> {
         Expr::Pipe(items) => items
             .iter()
             .filter_map(|e| match e {
-                Expr::Plugin(p) if p.kind() == Kind::HardFilter => Some(p.step()),
+                Expr::Plugin(p) if p.declaration().kind == Kind::HardFilter => Some(p.declaration().step),
                 _ => None,
             })
             .collect(),
@@ -145,7 +145,7 @@ fn production() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
         let config: Value = serde_json::from_str(dapi::config::DEFAULT_CONFIG).expect("built-in config");
-        Engine::from_config(&config).expect("built-in engine")
+        Engine::from_config(&config, &dapi::registry::built_in()).expect("built-in engine")
     })
 }
 

@@ -12,9 +12,9 @@ use rand::rngs::StdRng;
 
 use super::defaults::Defaults;
 use super::reasons::{KeyTable, ServerKey};
+use super::vm_index::VmIndex;
 use crate::js::Js;
 use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
-use crate::plugins::shared::vm_index::VmIndex;
 
 /// Index of a server in the request's `servers` list.
 pub type ServerId = usize;

@@ -6,18 +6,20 @@
 //! * `["or", e1, e2, ...]` gives every element the same input and returns the first
 //!   non-empty output (or the last, empty, one).
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::context::{Request, ServerId};
+use super::plugin::{broken_promise, Data, Plugin, PluginError, Registry};
 use super::reasons::Reasons;
 use super::summary::Step;
 use crate::js::Js;
-use crate::plugins::{self, Plugin, PluginError};
 
 /// A parsed allocation description.
 #[derive(Clone)]
 pub enum Expr {
-    Plugin(&'static dyn Plugin),
+    Plugin(Arc<dyn Plugin>),
     Pipe(Vec<Expr>),
     Or(Vec<Expr>),
 }
@@ -33,9 +35,10 @@ impl std::fmt::Debug for Expr {
 }
 
 impl Expr {
-    /// Parses and checks a description; errors read `Bad expression given: ...`.
-    pub fn parse(desc: &Value) -> Result<Expr, String> {
-        parse(desc).map_err(|e| format!("Bad expression given: {e}"))
+    /// Parses and checks a description against the plugins of `registry`; errors read
+    /// `Bad expression given: ...`.
+    pub fn parse(desc: &Value, registry: &Registry) -> Result<Expr, String> {
+        parse(desc, registry).map_err(|e| format!("Bad expression given: {e}"))
     }
 
     /// Runs the expression on `input`, appending one step per plugin run.
@@ -62,9 +65,15 @@ impl Expr {
                 let mut reasons = Reasons::default();
                 let started = std::time::Instant::now();
                 let output = plugin.run(req, &input, &mut reasons)?;
+                if cfg!(debug_assertions) {
+                    if let Some(broken) = broken_promise(plugin.declaration(), &input, &output) {
+                        panic!("plugin contract broken: {broken}");
+                    }
+                }
+                let declaration = plugin.declaration();
                 steps.push(Step {
-                    plugin: plugin.name(),
-                    name: plugin.step(),
+                    plugin: declaration.name,
+                    name: declaration.step,
                     remaining: output.clone(),
                     reasons,
                     received: input.len(),
@@ -97,15 +106,59 @@ impl Expr {
     }
 
     /// Every plugin the expression can run, in description order.
-    pub fn plugins(&self) -> Vec<&'static dyn Plugin> {
+    pub fn plugins(&self) -> Vec<&Arc<dyn Plugin>> {
         match self {
-            Expr::Plugin(p) => vec![*p],
+            Expr::Plugin(p) => vec![p],
             Expr::Pipe(items) | Expr::Or(items) => items.iter().flat_map(Expr::plugins).collect(),
         }
     }
+
+    /// Plugins that read a part of the working set before anything writes it: either a
+    /// plugin later in the chain writes it (the order is wrong), or nothing does and the
+    /// data has no meaning unwritten. One message per such read, naming the plugins.
+    pub fn data_flow_warnings(&self) -> Vec<String> {
+        let plugins = self.plugins();
+        let mut warnings = Vec::new();
+        for (i, plugin) in plugins.iter().enumerate() {
+            let declaration = plugin.declaration();
+            for &data in declaration.reads {
+                let writes = |p: &Arc<dyn Plugin>| p.declaration().writes.contains(&data);
+                if plugins[..i].iter().any(|p| writes(p)) {
+                    continue;
+                }
+                match plugins[i + 1..].iter().find(|p| writes(p)) {
+                    Some(writer) => warnings.push(format!(
+                        "{} reads {} before {} writes it: move {} earlier in the chain",
+                        declaration.name,
+                        describe(data),
+                        writer.name(),
+                        writer.name()
+                    )),
+                    None if data.needs_writer() => warnings.push(format!(
+                        "{} reads {}, which no plugin before it writes",
+                        declaration.name,
+                        describe(data)
+                    )),
+                    None => {}
+                }
+            }
+        }
+        warnings
+    }
 }
 
-fn parse(desc: &Value) -> Result<Expr, String> {
+fn describe(data: Data) -> &'static str {
+    match data {
+        Data::Unreserved => "the servers' unreserved resources",
+        Data::Ratios => "the servers' overprovision ratios",
+        Data::TicketVms => "the VMs of open tickets",
+        Data::Locality => "the locality derived from affinity",
+        Data::CpuCap => "the VM's CPU cap",
+        Data::Scores => "the scores",
+    }
+}
+
+fn parse(desc: &Value, registry: &Registry) -> Result<Expr, String> {
     let items = desc.as_array().map(Vec::as_slice).unwrap_or(&[]);
     let js_string = |v: &Value| Js::from_json(v).to_js_string();
     let command = match items.first() {
@@ -121,11 +174,11 @@ fn parse(desc: &Value) -> Result<Expr, String> {
     let mut elements = Vec::with_capacity(items.len() - 1);
     for element in &items[1..] {
         elements.push(match element {
-            Value::String(name) => match plugins::lookup(name) {
-                Some(p) => Expr::Plugin(p),
+            Value::String(name) => match registry.lookup(name) {
+                Some(p) => Expr::Plugin(p.clone()),
                 None => return Err(format!("Unrecognized algorithm: {name}")),
             },
-            Value::Array(_) => parse(element)?,
+            Value::Array(_) => parse(element, registry)?,
             other => return Err(format!("Invalid element: {}", js_string(other))),
         });
     }
@@ -135,10 +188,16 @@ fn parse(desc: &Value) -> Result<Expr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::plugin::{Declaration, Kind};
+    use crate::engine::testing::{registry, stub_request, Stub};
     use serde_json::json;
 
     fn err(desc: Value) -> String {
-        Expr::parse(&desc).expect_err("invalid description")
+        Expr::parse(&desc, &registry()).expect_err("invalid description")
+    }
+
+    fn parse(desc: Value) -> Expr {
+        Expr::parse(&desc, &registry()).expect("valid description")
     }
 
     #[test]
@@ -159,9 +218,57 @@ mod tests {
 
     #[test]
     fn nests_to_any_depth() {
-        let e = Expr::parse(&json!(["pipe", ["or", ["pipe", "identity"], "identity"], "hard-filter-setup"]))
-            .expect("valid");
+        let e = parse(json!(["pipe", ["or", ["pipe", "identity"], "identity"], "drop-first"]));
         let names: Vec<_> = e.plugins().iter().map(|p| p.name()).collect();
-        assert_eq!(names, ["identity", "identity", "hard-filter-setup"]);
+        assert_eq!(names, ["identity", "identity", "drop-first"]);
+    }
+
+    fn run(desc: Value, servers: usize) -> (Vec<ServerId>, Vec<&'static str>) {
+        let servers_json: Vec<Value> = (0..servers).map(|i| json!({"uuid": format!("s{i}")})).collect();
+        let mut steps = Vec::new();
+        let output =
+            stub_request(&servers_json, |req| parse(desc).run(req, (0..servers).collect(), &mut steps).expect("runs"));
+        (output, steps.iter().map(|s| s.plugin).collect())
+    }
+
+    #[test]
+    fn pipe_feeds_each_output_on_and_stops_when_empty() {
+        assert_eq!(run(json!(["pipe", "drop-first", "drop-first"]), 3), (vec![2], vec!["drop-first", "drop-first"]));
+        assert_eq!(run(json!(["pipe", "drop-all", "drop-first"]), 3), (vec![], vec!["drop-all"]));
+    }
+
+    #[test]
+    fn or_takes_the_first_non_empty_output() {
+        assert_eq!(
+            run(json!(["or", "drop-all", "drop-first", "identity"]), 2),
+            (vec![1], vec!["drop-all", "drop-first"])
+        );
+        assert_eq!(run(json!(["or", "drop-all", "drop-all"]), 2), (vec![], vec!["drop-all", "drop-all"]));
+    }
+
+    #[test]
+    fn reading_what_nothing_wrote_first_is_reported() {
+        let warnings = |desc| parse(desc).data_flow_warnings();
+        assert_eq!(warnings(json!(["pipe", "writes-unreserved", "reads-unreserved"])), Vec::<String>::new());
+        assert_eq!(
+            warnings(json!(["pipe", "reads-unreserved", "writes-unreserved"])),
+            ["reads-unreserved reads the servers' unreserved resources before writes-unreserved writes it: \
+              move writes-unreserved earlier in the chain"]
+        );
+        assert_eq!(
+            warnings(json!(["pipe", "identity", "reads-unreserved"])),
+            ["reads-unreserved reads the servers' unreserved resources, which no plugin before it writes"]
+        );
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "plugin contract broken")]
+    fn a_scorer_that_drops_servers_is_caught_in_debug_builds() {
+        static BAD: Declaration = Declaration::new("bad-scorer", Kind::Scorer, "Bad");
+        let mut registry = registry();
+        registry.register(std::sync::Arc::new(Stub::new(&BAD, |s| s[1..].to_vec()))).expect("new name");
+        let expr = Expr::parse(&json!(["pipe", "bad-scorer"]), &registry).expect("valid");
+        let _ = stub_request(&[json!({}), json!({})], |req| expr.run(req, vec![0, 1], &mut Vec::new()));
     }
 }

@@ -8,8 +8,12 @@ pub mod context;
 pub mod defaults;
 pub mod expr;
 pub mod parallel;
+pub mod plugin;
 pub mod reasons;
 pub mod summary;
+#[cfg(test)]
+pub(crate) mod testing;
+pub mod vm_index;
 
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -19,12 +23,12 @@ use serde_json::Value;
 pub use context::{Request, ServerId, ServerState, Unreserved};
 pub use defaults::Defaults;
 pub use expr::Expr;
+pub use plugin::{Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict};
 pub use reasons::{write_json_str, KeyTable, Msg, ReasonKey, Reasons, ServerKey};
 pub use summary::{Step, StepsFormat, StepsView};
 
 use crate::js::num_to_json;
 use crate::model::{AllocateBody, Image, Server, VmPayload};
-use crate::plugins::PluginError;
 
 /// The chain `serverCapacity()` always runs, whatever the configured description.
 const CAPACITY_CHAIN: &[&str] = &[
@@ -42,7 +46,29 @@ pub struct Engine {
     chain: Expr,
     capacity_chain: Expr,
     defaults: Defaults,
+    warnings: Vec<String>,
 }
+
+/// Why an engine could not be built: what to fix in the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EngineError {
+    /// The allocation description (`Bad expression given: ...`).
+    Description(String),
+    /// The defaults (`Defaults filter_headnode is not boolean`, ...).
+    Defaults(String),
+    /// The config is not `{"allocationDescription": [...], "defaults": {...}}`.
+    Config(String),
+}
+
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EngineError::Description(e) | EngineError::Defaults(e) | EngineError::Config(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
 
 /// The outcome of one allocation.
 #[derive(Debug)]
@@ -60,26 +86,32 @@ pub struct Capacity {
 }
 
 impl Engine {
-    /// Builds the engine; errors name what to fix (`Bad expression given: ...`,
-    /// `Defaults filter_headnode is not boolean`, ...).
-    pub fn new(description: &Value, defaults: Defaults) -> Result<Engine, String> {
-        let chain = Expr::parse(description)?;
+    /// Builds the engine over the plugins of `registry`; errors name what to fix.
+    pub fn new(description: &Value, defaults: Defaults, registry: &Registry) -> Result<Engine, EngineError> {
+        let chain = Expr::parse(description, registry).map_err(EngineError::Description)?;
         let mut capacity: Vec<Value> = vec!["pipe".into()];
         capacity.extend(CAPACITY_CHAIN.iter().map(|&n| Value::from(n)));
-        let capacity_chain = Expr::parse(&Value::Array(capacity))?;
-        Ok(Engine { chain, capacity_chain, defaults })
+        let capacity_chain = Expr::parse(&Value::Array(capacity), registry).map_err(EngineError::Description)?;
+        let warnings = chain.data_flow_warnings();
+        Ok(Engine { chain, capacity_chain, defaults, warnings })
     }
 
     /// Builds the engine from `{"allocationDescription": [...], "defaults": {...}}`.
-    pub fn from_config(config: &Value) -> Result<Engine, String> {
-        let description = config
-            .get("allocationDescription")
-            .ok_or("config: \"allocationDescription\" is missing (a [\"pipe\", ...] plugin chain)")?;
+    pub fn from_config(config: &Value, registry: &Registry) -> Result<Engine, EngineError> {
+        let description = config.get("allocationDescription").ok_or_else(|| {
+            EngineError::Config("config: \"allocationDescription\" is missing (a [\"pipe\", ...] plugin chain)".into())
+        })?;
         let defaults = match config.get("defaults") {
             None => Defaults::cnapi(),
-            Some(d) => Defaults::from_json(d)?,
+            Some(d) => Defaults::from_json(d).map_err(EngineError::Defaults)?,
         };
-        Engine::new(description, defaults)
+        Engine::new(description, defaults, registry)
+    }
+
+    /// What looks wrong in the chain without making it unusable (a plugin that reads what
+    /// nothing before it writes), to be logged at start-up.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     pub fn defaults(&self) -> &Defaults {

@@ -9,20 +9,16 @@
 
 use super::shared::affinity::{locality_from_affinity, Affinity};
 use super::shared::locality::owner_uuid;
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct CalculateAffinity;
 
+static DECLARATION: Declaration =
+    Declaration::new("calculate-affinity", Kind::Transform, "Convert affinity to locality hints");
+
 impl Plugin for CalculateAffinity {
-    fn name(&self) -> &'static str {
-        "calculate-affinity"
-    }
-    fn step(&self) -> &'static str {
-        "Convert affinity to locality hints"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

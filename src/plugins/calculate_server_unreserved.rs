@@ -7,21 +7,17 @@
 //! throws (no `vms` object) the server is read as having no VMs.
 
 use super::shared::unreserved::{default_ratios, unreserved};
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::map_servers;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct CalculateServerUnreserved;
 
+static DECLARATION: Declaration =
+    Declaration::new("calculate-server-unreserved", Kind::Transform, "Calculate unreserved resources on each server");
+
 impl Plugin for CalculateServerUnreserved {
-    fn name(&self) -> &'static str {
-        "calculate-server-unreserved"
-    }
-    fn step(&self) -> &'static str {
-        "Calculate unreserved resources on each server"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -10,8 +10,7 @@
 use indexmap::IndexMap;
 
 use super::shared::unreserved::{is_hvm_brand, GIB};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{js_add, Js};
 use crate::model::{FullVm, ServerVm, Ticket};
 
@@ -22,15 +21,12 @@ const BHYVE_MEM_OVERHEAD_MIB: f64 = 1024.0 + 256.0;
 
 pub struct CalculateTicketedVms;
 
+static DECLARATION: Declaration =
+    Declaration::new("calculate-ticketed-vms", Kind::Transform, "Add VMs which have open provisioning tickets");
+
 impl Plugin for CalculateTicketedVms {
-    fn name(&self) -> &'static str {
-        "calculate-ticketed-vms"
-    }
-    fn step(&self) -> &'static str {
-        "Add VMs which have open provisioning tickets"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -6,20 +6,19 @@
 //! reported, naming the VM object's own `uuid` (`undefined` if it has none). A server without
 //! a `vms` object (the original throws) reads as having no VMs.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterCapness;
 
+static DECLARATION: Declaration = Declaration::new(
+    "hard-filter-capness",
+    Kind::HardFilter,
+    "Servers which have same existence of cpu_cap as package",
+);
+
 impl Plugin for HardFilterCapness {
-    fn name(&self) -> &'static str {
-        "hard-filter-capness"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which have same existence of cpu_cap as package"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

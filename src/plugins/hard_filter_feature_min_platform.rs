@@ -8,21 +8,20 @@
 //! original throws) reads as SDC 6.5 with no platform, so any applicable check removes it.
 
 use super::shared::platform::{filter_min_platforms, PlatformMap};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{strict_eq, Js};
 
 pub struct HardFilterFeatureMinPlatform;
 
+static DECLARATION: Declaration = Declaration::new(
+    "hard-filter-feature-min-platform",
+    Kind::HardFilter,
+    "Servers which meet various features' platform requirements",
+);
+
 impl Plugin for HardFilterFeatureMinPlatform {
-    fn name(&self) -> &'static str {
-        "hard-filter-feature-min-platform"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which meet various features' platform requirements"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -1,20 +1,15 @@
 //! `hard-filter-force-failure`: removes every server when the VM's
 //! `internal_metadata.force_designation_failure` is truthy (used to test failure handling).
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterForceFailure;
 
+static DECLARATION: Declaration = Declaration::new("hard-filter-force-failure", Kind::HardFilter, "Forced failure");
+
 impl Plugin for HardFilterForceFailure {
-    fn name(&self) -> &'static str {
-        "hard-filter-force-failure"
-    }
-    fn step(&self) -> &'static str {
-        "Forced failure"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

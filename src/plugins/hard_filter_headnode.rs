@@ -1,19 +1,16 @@
 //! `hard-filter-headnode`: removes headnodes unless `filter_headnode` is set and false.
 
-use super::{retain, Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use super::retain;
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterHeadnode;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-headnode", Kind::HardFilter, "Servers which are not headnodes");
+
 impl Plugin for HardFilterHeadnode {
-    fn name(&self) -> &'static str {
-        "hard-filter-headnode"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are not headnodes"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -9,8 +9,7 @@
 //! empty.
 
 use super::shared::unreserved::is_hvm_brand;
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{fmt_num, js_gt, js_lt, Js};
 
 /// Max vcpus of a bhyve guest on platforms that do not report it.
@@ -18,15 +17,12 @@ const OLD_BHYVE_MAX_VCPUS: f64 = 16.0;
 
 pub struct HardFilterHvm;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-hvm", Kind::HardFilter, "Servers which are capable of requested virtualization");
+
 impl Plugin for HardFilterHvm {
-    fn name(&self) -> &'static str {
-        "hard-filter-hvm"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are capable of requested virtualization"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

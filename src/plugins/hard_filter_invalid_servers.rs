@@ -3,20 +3,16 @@
 //! its reason (e.g. `property "memory_total_bytes": is missing and it is required`), so one
 //! malformed server never fails a whole request.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterInvalidServers;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-invalid-servers", Kind::HardFilter, "Servers objects which are valid");
+
 impl Plugin for HardFilterInvalidServers {
-    fn name(&self) -> &'static str {
-        "hard-filter-invalid-servers"
-    }
-    fn step(&self) -> &'static str {
-        "Servers objects which are valid"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -7,8 +7,7 @@
 //! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
 //! exactly where the original did.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::sort::js_sort_by_scaled;
 
 /// The share of servers held back.
@@ -16,15 +15,12 @@ const LARGE_POOL_RATIO: f64 = 0.15;
 
 pub struct HardFilterLargeServers;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-large-servers", Kind::HardFilter, "Filter out the largest and most empty servers");
+
 impl Plugin for HardFilterLargeServers {
-    fn name(&self) -> &'static str {
-        "hard-filter-large-servers"
-    }
-    fn step(&self) -> &'static str {
-        "Filter out the largest and most empty servers"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

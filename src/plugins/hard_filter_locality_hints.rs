@@ -8,20 +8,16 @@
 //! `locality` or `strict` of the wrong type, non-uuid near/far entries) fails the plugin.
 
 use super::shared::locality::{filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterLocalityHints;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-locality-hints", Kind::HardFilter, "Servers with requested hard locality considered");
+
 impl Plugin for HardFilterLocalityHints {
-    fn name(&self) -> &'static str {
-        "hard-filter-locality-hints"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with requested hard locality considered"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

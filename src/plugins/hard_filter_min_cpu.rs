@@ -7,21 +7,17 @@
 //! `overprovision_ratios` object (the original throws) reads as having no ratio.
 
 use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::Js;
 
 pub struct HardFilterMinCpu;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-min-cpu", Kind::HardFilter, "Servers with enough unreserved CPU");
+
 impl Plugin for HardFilterMinCpu {
-    fn name(&self) -> &'static str {
-        "hard-filter-min-cpu"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with enough unreserved CPU"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -11,8 +11,7 @@
 
 use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
 use super::shared::unreserved::{is_hvm_brand, MIB};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{js_add, Js};
 
 /// Room left beyond the VM's needs, MiB, just in case.
@@ -20,15 +19,12 @@ const FUDGE_MIB: f64 = 10.0 * 1024.0;
 
 pub struct HardFilterMinDisk;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-min-disk", Kind::HardFilter, "Servers with enough unreserved disk");
+
 impl Plugin for HardFilterMinDisk {
-    fn name(&self) -> &'static str {
-        "hard-filter-min-disk"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with enough unreserved disk"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -5,21 +5,17 @@
 //! The required value is printed as configured (a string stays a string); `null` counts as 0.
 
 use super::shared::unreserved::{MIB, POOL_USABLE_RATIO};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{fmt_num, js_max};
 
 pub struct HardFilterMinFreeDisk;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-min-free-disk", Kind::HardFilter, "Servers with enough free disk");
+
 impl Plugin for HardFilterMinFreeDisk {
-    fn name(&self) -> &'static str {
-        "hard-filter-min-free-disk"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with enough free disk"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -9,21 +9,17 @@
 
 use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
 use super::shared::unreserved::is_hvm_brand;
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::Js;
 
 pub struct HardFilterMinRam;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-min-ram", Kind::HardFilter, "Servers with enough unreserved RAM");
+
 impl Plugin for HardFilterMinRam {
-    fn name(&self) -> &'static str {
-        "hard-filter-min-ram"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with enough unreserved RAM"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -1,20 +1,16 @@
 //! `hard-filter-os`: LX VMs from `lxd` images need a Linux compute node; every other VM
 //! needs a SmartOS one (`sysinfo["System Type"]` other than `Linux`).
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterOs;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-os", Kind::HardFilter, "Servers which have the required OS");
+
 impl Plugin for HardFilterOs {
-    fn name(&self) -> &'static str {
-        "hard-filter-os"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which have the required OS"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

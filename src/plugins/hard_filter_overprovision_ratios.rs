@@ -7,8 +7,7 @@
 //! with unary plus first (`"1.5"` → `1.50`, `"abc"` → `NaN`). A server without an
 //! `overprovision_ratios` object (the original throws) reads as having no ratios.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{to_fixed2, Js};
 
 pub struct HardFilterOverprovisionRatios;
@@ -22,15 +21,15 @@ fn show(c: &Option<String>) -> &str {
     c.as_deref().unwrap_or("null")
 }
 
+static DECLARATION: Declaration = Declaration::new(
+    "hard-filter-overprovision-ratios",
+    Kind::HardFilter,
+    "Servers with same overprovision ratios as requested VM",
+);
+
 impl Plugin for HardFilterOverprovisionRatios {
-    fn name(&self) -> &'static str {
-        "hard-filter-overprovision-ratios"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with same overprovision ratios as requested VM"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -13,22 +13,18 @@
 
 use std::collections::HashMap;
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
 use crate::js::Js;
 
 pub struct HardFilterOwnersServers;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-owners-servers", Kind::HardFilter, "Filter CNs based on owner filters");
+
 impl Plugin for HardFilterOwnersServers {
-    fn name(&self) -> &'static str {
-        "hard-filter-owners-servers"
-    }
-    fn step(&self) -> &'static str {
-        "Filter CNs based on owner filters"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

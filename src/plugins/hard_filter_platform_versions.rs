@@ -9,20 +9,19 @@
 //! validation would have parsed it (see [`PlatformMap::from_js`]).
 
 use super::shared::platform::{filter_max_platforms, filter_min_platforms, PlatformMap};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterPlatformVersions;
 
+static DECLARATION: Declaration = Declaration::new(
+    "hard-filter-platform-versions",
+    Kind::HardFilter,
+    "Servers which meet image manifest and package platform requirements",
+);
+
 impl Plugin for HardFilterPlatformVersions {
-    fn name(&self) -> &'static str {
-        "hard-filter-platform-versions"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which meet image manifest and package platform requirements"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

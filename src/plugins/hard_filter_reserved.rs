@@ -1,19 +1,16 @@
 //! `hard-filter-reserved`: keeps servers an operator has not reserved (falsy `reserved`).
 
-use super::{retain, Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use super::retain;
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterReserved;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-reserved", Kind::HardFilter, "Servers which are not reserved");
+
 impl Plugin for HardFilterReserved {
-    fn name(&self) -> &'static str {
-        "hard-filter-reserved"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are not reserved"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -2,20 +2,17 @@
 //! Production wraps it in `["or", "hard-filter-reservoir", "identity"]`, so reservoir
 //! servers are used only when nothing else is left.
 
-use super::{retain, Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use super::retain;
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterReservoir;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-reservoir", Kind::HardFilter, "Servers which are not in the reservoir");
+
 impl Plugin for HardFilterReservoir {
-    fn name(&self) -> &'static str {
-        "hard-filter-reservoir"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are not in the reservoir"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -1,20 +1,16 @@
 //! `hard-filter-running`: keeps servers whose `status` is exactly `running`.
 
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::sift;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterRunning;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-running", Kind::HardFilter, "Servers which are currently running");
+
 impl Plugin for HardFilterRunning {
-    fn name(&self) -> &'static str {
-        "hard-filter-running"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are currently running"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

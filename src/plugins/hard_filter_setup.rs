@@ -1,19 +1,16 @@
 //! `hard-filter-setup`: keeps servers that have been set up (truthy `setup`).
 
-use super::{retain, Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use super::retain;
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterSetup;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-setup", Kind::HardFilter, "Servers which have been setup");
+
 impl Plugin for HardFilterSetup {
-    fn name(&self) -> &'static str {
-        "hard-filter-setup"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which have been setup"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -12,21 +12,17 @@
 
 use std::borrow::Cow;
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{strict_eq, Js, JsObject};
 
 pub struct HardFilterTraits;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-traits", Kind::HardFilter, "Servers with correct traits");
+
 impl Plugin for HardFilterTraits {
-    fn name(&self) -> &'static str {
-        "hard-filter-traits"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with correct traits"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -2,20 +2,16 @@
 //! `triton.placement.exclude_virtual_servers`), removes servers whose sysinfo
 //! `System Type` is `Virtual`.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterVirtualServers;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-virtual-servers", Kind::HardFilter, "Servers which are not virtual servers");
+
 impl Plugin for HardFilterVirtualServers {
-    fn name(&self) -> &'static str {
-        "hard-filter-virtual-servers"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are not virtual servers"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

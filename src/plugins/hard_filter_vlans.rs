@@ -16,23 +16,19 @@
 
 use indexmap::IndexMap;
 
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::sift;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::Js;
 use crate::model::Shape;
 
 pub struct HardFilterVlans;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-vlans", Kind::HardFilter, "Servers supporting required NIC Tags");
+
 impl Plugin for HardFilterVlans {
-    fn name(&self) -> &'static str {
-        "hard-filter-vlans"
-    }
-    fn step(&self) -> &'static str {
-        "Servers supporting required NIC Tags"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

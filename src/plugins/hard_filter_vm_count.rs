@@ -3,8 +3,7 @@
 //! too. (The step name says "more VMs than limit"; it is the original's, kept verbatim.)
 //! A server without a `vms` object (the original throws) reads as having no VMs.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::fmt_num;
 
 /// The default maximum number of VMs on one server.
@@ -12,15 +11,12 @@ const DEFAULT_VM_LIMIT: f64 = 224.0;
 
 pub struct HardFilterVmCount;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-vm-count", Kind::HardFilter, "Servers with more VMs than limit");
+
 impl Plugin for HardFilterVmCount {
-    fn name(&self) -> &'static str {
-        "hard-filter-vm-count"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with more VMs than limit"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

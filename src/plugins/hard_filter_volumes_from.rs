@@ -8,21 +8,17 @@
 //! not exist empties the list with `*` = `Error loading VM <uuid>: VM not found`. Look-ups
 //! stop once no server is left, and at most the first remaining server is passed on.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::strict_eq;
 
 pub struct HardFilterVolumesFrom;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-volumes-from", Kind::HardFilter, "Servers containing VMs required for volumesfrom");
+
 impl Plugin for HardFilterVolumesFrom {
-    fn name(&self) -> &'static str {
-        "hard-filter-volumes-from"
-    }
-    fn step(&self) -> &'static str {
-        "Servers containing VMs required for volumesfrom"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -2,20 +2,16 @@
 //! (`internal_metadata.encrypted`) needs an encrypted zpool; every other VM needs an
 //! unencrypted one.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterZpoolEncryption;
 
+static DECLARATION: Declaration =
+    Declaration::new("hard-filter-zpool-encryption", Kind::HardFilter, "Servers which are zpool encrypted");
+
 impl Plugin for HardFilterZpoolEncryption {
-    fn name(&self) -> &'static str {
-        "hard-filter-zpool-encryption"
-    }
-    fn step(&self) -> &'static str {
-        "Servers which are zpool encrypted"
-    }
-    fn kind(&self) -> Kind {
-        Kind::HardFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -1,19 +1,14 @@
 //! `identity`: passes every server on unchanged. Used as the fallback of an `or`.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct Identity;
 
+static DECLARATION: Declaration = Declaration::new("identity", Kind::Transform, "Identity function");
+
 impl Plugin for Identity {
-    fn name(&self) -> &'static str {
-        "identity"
-    }
-    fn step(&self) -> &'static str {
-        "Identity function"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -1,20 +1,16 @@
 //! `load-server-vms`: in Triton this loaded each server's VMs from VMAPI. dapi's callers send
 //! the VMs inline in `servers[].vms`, so it passes everything on and says so.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct LoadServerVms;
 
+static DECLARATION: Declaration =
+    Declaration::new("load-server-vms", Kind::Transform, "Load info about all VMs for each server");
+
 impl Plugin for LoadServerVms {
-    fn name(&self) -> &'static str {
-        "load-server-vms"
-    }
-    fn step(&self) -> &'static str {
-        "Load info about all VMs for each server"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

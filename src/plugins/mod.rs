@@ -1,8 +1,10 @@
-//! The plugins ("algorithms") and their registry.
+//! The built-in plugins ("algorithms"), one file each, named after the lookup name.
 //!
-//! Every plugin is one file named after its lookup name, implementing [`Plugin`]: it gets the
-//! working set and the ordered candidate list, returns the candidates it passes on, and
-//! writes its reasons. To add one: write the file, add it to `mod` and to [`REGISTRY`].
+//! A plugin implements the engine's contract (`engine::plugin`): a per-server rule
+//! ([`ServerFilter`](crate::engine::ServerFilter)) or a pass over the whole candidate list
+//! ([`Plugin`]), with its [`Declaration`](crate::engine::Declaration). To add one: write the
+//! file, add it to `mod` and to [`built_in`]. `shared/` holds the domain logic several
+//! plugins use (unreserved resources, platforms, locality, affinity, scoring).
 
 pub mod shared;
 
@@ -49,92 +51,53 @@ mod soft_filter_locality_hints;
 #[cfg(test)]
 pub(crate) mod testing;
 
-use crate::engine::{Reasons, Request, ServerId};
+use std::sync::Arc;
 
-/// What a plugin does: hard filters remove servers that cannot host the VM, soft filters
-/// remove servers while enough remain, scorers add to scores, transforms compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    HardFilter,
-    SoftFilter,
-    Scorer,
-    Transform,
-}
+use crate::engine::{Plugin, ServerId};
 
-/// An internal failure inside a plugin (never the caller's mistake).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginError(pub String);
-
-impl std::fmt::Display for PluginError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for PluginError {}
-
-/// One allocation step.
-pub trait Plugin: Sync + Send {
-    /// Lookup name, as used in allocation descriptions (`hard-filter-min-ram`).
-    fn name(&self) -> &'static str;
-    /// Step name, as reported in the step summary (`Servers with enough unreserved RAM`).
-    fn step(&self) -> &'static str;
-    fn kind(&self) -> Kind;
-    /// Runs on `servers` (in order) and returns the servers passed on, in order.
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError>;
-}
-
-/// Every plugin, once.
-pub static REGISTRY: &[&dyn Plugin] = &[
-    &calculate_affinity::CalculateAffinity,
-    &calculate_server_unreserved::CalculateServerUnreserved,
-    &calculate_ticketed_vms::CalculateTicketedVms,
-    &hard_filter_capness::HardFilterCapness,
-    &hard_filter_feature_min_platform::HardFilterFeatureMinPlatform,
-    &hard_filter_force_failure::HardFilterForceFailure,
-    &hard_filter_headnode::HardFilterHeadnode,
-    &hard_filter_hvm::HardFilterHvm,
-    &hard_filter_invalid_servers::HardFilterInvalidServers,
-    &hard_filter_large_servers::HardFilterLargeServers,
-    &hard_filter_locality_hints::HardFilterLocalityHints,
-    &hard_filter_min_cpu::HardFilterMinCpu,
-    &hard_filter_min_disk::HardFilterMinDisk,
-    &hard_filter_min_free_disk::HardFilterMinFreeDisk,
-    &hard_filter_min_ram::HardFilterMinRam,
-    &hard_filter_os::HardFilterOs,
-    &hard_filter_overprovision_ratios::HardFilterOverprovisionRatios,
-    &hard_filter_owners_servers::HardFilterOwnersServers,
-    &hard_filter_platform_versions::HardFilterPlatformVersions,
-    &hard_filter_reserved::HardFilterReserved,
-    &hard_filter_reservoir::HardFilterReservoir,
-    &hard_filter_running::HardFilterRunning,
-    &hard_filter_setup::HardFilterSetup,
-    &hard_filter_traits::HardFilterTraits,
-    &hard_filter_virtual_servers::HardFilterVirtualServers,
-    &hard_filter_vlans::HardFilterVlans,
-    &hard_filter_vm_count::HardFilterVmCount,
-    &hard_filter_volumes_from::HardFilterVolumesFrom,
-    &hard_filter_zpool_encryption::HardFilterZpoolEncryption,
-    &identity::Identity,
-    &load_server_vms::LoadServerVms,
-    &override_overprovisioning::OverrideOverprovisioning,
-    &score_current_platform::ScoreCurrentPlatform,
-    &score_next_reboot::ScoreNextReboot,
-    &score_num_owner_zones::ScoreNumOwnerZones,
-    &score_uniform_random::ScoreUniformRandom,
-    &score_unreserved_disk::ScoreUnreservedDisk,
-    &score_unreserved_ram::ScoreUnreservedRam,
-    &soft_filter_locality_hints::SoftFilterLocalityHints,
-];
-
-/// The plugin registered under a lookup name.
-pub fn lookup(name: &str) -> Option<&'static dyn Plugin> {
-    REGISTRY.iter().copied().find(|p| p.name() == name)
+/// Every built-in plugin, once.
+pub fn built_in() -> Vec<Arc<dyn Plugin>> {
+    vec![
+        Arc::new(calculate_affinity::CalculateAffinity),
+        Arc::new(calculate_server_unreserved::CalculateServerUnreserved),
+        Arc::new(calculate_ticketed_vms::CalculateTicketedVms),
+        Arc::new(hard_filter_capness::HardFilterCapness),
+        Arc::new(hard_filter_feature_min_platform::HardFilterFeatureMinPlatform),
+        Arc::new(hard_filter_force_failure::HardFilterForceFailure),
+        Arc::new(hard_filter_headnode::HardFilterHeadnode),
+        Arc::new(hard_filter_hvm::HardFilterHvm),
+        Arc::new(hard_filter_invalid_servers::HardFilterInvalidServers),
+        Arc::new(hard_filter_large_servers::HardFilterLargeServers),
+        Arc::new(hard_filter_locality_hints::HardFilterLocalityHints),
+        Arc::new(hard_filter_min_cpu::HardFilterMinCpu),
+        Arc::new(hard_filter_min_disk::HardFilterMinDisk),
+        Arc::new(hard_filter_min_free_disk::HardFilterMinFreeDisk),
+        Arc::new(hard_filter_min_ram::HardFilterMinRam),
+        Arc::new(hard_filter_os::HardFilterOs),
+        Arc::new(hard_filter_overprovision_ratios::HardFilterOverprovisionRatios),
+        Arc::new(hard_filter_owners_servers::HardFilterOwnersServers),
+        Arc::new(hard_filter_platform_versions::HardFilterPlatformVersions),
+        Arc::new(hard_filter_reserved::HardFilterReserved),
+        Arc::new(hard_filter_reservoir::HardFilterReservoir),
+        Arc::new(hard_filter_running::HardFilterRunning),
+        Arc::new(hard_filter_setup::HardFilterSetup),
+        Arc::new(hard_filter_traits::HardFilterTraits),
+        Arc::new(hard_filter_virtual_servers::HardFilterVirtualServers),
+        Arc::new(hard_filter_vlans::HardFilterVlans),
+        Arc::new(hard_filter_vm_count::HardFilterVmCount),
+        Arc::new(hard_filter_volumes_from::HardFilterVolumesFrom),
+        Arc::new(hard_filter_zpool_encryption::HardFilterZpoolEncryption),
+        Arc::new(identity::Identity),
+        Arc::new(load_server_vms::LoadServerVms),
+        Arc::new(override_overprovisioning::OverrideOverprovisioning),
+        Arc::new(score_current_platform::ScoreCurrentPlatform),
+        Arc::new(score_next_reboot::ScoreNextReboot),
+        Arc::new(score_num_owner_zones::ScoreNumOwnerZones),
+        Arc::new(score_uniform_random::ScoreUniformRandom),
+        Arc::new(score_unreserved_disk::ScoreUnreservedDisk),
+        Arc::new(score_unreserved_ram::ScoreUnreservedRam),
+        Arc::new(soft_filter_locality_hints::SoftFilterLocalityHints),
+    ]
 }
 
 /// Keeps the servers for which `keep` holds, in order.
@@ -147,13 +110,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registry_holds_the_39_plugins_once_each() {
-        let mut names: Vec<_> = REGISTRY.iter().map(|p| p.name()).collect();
+    fn there_are_39_plugins_with_distinct_names() {
+        let mut names: Vec<_> = built_in().iter().map(|p| p.name()).collect();
         assert_eq!(names.len(), 39);
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), 39);
-        assert!(lookup("hard-filter-min-ram").is_some());
-        assert!(lookup("pick-random").is_none());
+    }
+
+    #[test]
+    fn each_plugin_lives_in_the_file_named_after_it() {
+        for plugin in built_in() {
+            let file = format!("{}/src/plugins/{}.rs", env!("CARGO_MANIFEST_DIR"), plugin.name().replace('-', "_"));
+            assert!(std::path::Path::new(&file).exists(), "{file}");
+        }
     }
 }

@@ -2,21 +2,17 @@
 //! ratios with the configured ones (`overprovision_ratio_cpu/ram/disk`, default 4/1/1), so
 //! that ratios sent by callers cannot skew capacity.
 
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{Js, JsObject};
 
 pub struct OverrideOverprovisioning;
 
+static DECLARATION: Declaration =
+    Declaration::new("override-overprovisioning", Kind::Transform, "Force overprovisioning to fixed values");
+
 impl Plugin for OverrideOverprovisioning {
-    fn name(&self) -> &'static str {
-        "override-overprovisioning"
-    }
-    fn step(&self) -> &'static str {
-        "Force overprovisioning to fixed values"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Transform
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

@@ -13,23 +13,19 @@ use super::shared::scoring::normalize;
 use crate::js::date::parse_js_date;
 use std::collections::HashMap;
 
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::map_parts;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::fxhash::FxBuild;
 use crate::js::Js;
 
 pub struct ScoreCurrentPlatform;
 
+static DECLARATION: Declaration =
+    Declaration::new("score-current-platform", Kind::Scorer, "Score servers running newer platforms more highly");
+
 impl Plugin for ScoreCurrentPlatform {
-    fn name(&self) -> &'static str {
-        "score-current-platform"
-    }
-    fn step(&self) -> &'static str {
-        "Score servers running newer platforms more highly"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

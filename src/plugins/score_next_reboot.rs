@@ -14,9 +14,8 @@
 //! read as UTC (the original uses the process's time zone; Triton nodes run UTC).
 
 use super::shared::scoring::linear_buckets;
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::map_servers;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::date::{parse_js_date, to_iso_string, WEEK_MS};
 use crate::js::sort::js_sort_by;
 use std::borrow::Cow;
@@ -28,15 +27,12 @@ pub struct ScoreNextReboot;
 /// `new Date(0).toISOString()`: where the search for the latest reboot starts.
 const EPOCH_ISO: &str = "1970-01-01T00:00:00.000Z";
 
+static DECLARATION: Declaration =
+    Declaration::new("score-next-reboot", Kind::Scorer, "Score servers that will not be rebooted soon more highly");
+
 impl Plugin for ScoreNextReboot {
-    fn name(&self) -> &'static str {
-        "score-next-reboot"
-    }
-    fn step(&self) -> &'static str {
-        "Score servers that will not be rebooted soon more highly"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

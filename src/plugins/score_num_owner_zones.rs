@@ -9,21 +9,20 @@
 use indexmap::IndexMap;
 
 use super::shared::scoring::{self, linear};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::sort::js_sort_by_scaled;
 
 pub struct ScoreNumOwnerZones;
 
+static DECLARATION: Declaration = Declaration::new(
+    "score-num-owner-zones",
+    Kind::Scorer,
+    "Score servers based on number of zones belonging to owner",
+);
+
 impl Plugin for ScoreNumOwnerZones {
-    fn name(&self) -> &'static str {
-        "score-num-owner-zones"
-    }
-    fn step(&self) -> &'static str {
-        "Score servers based on number of zones belonging to owner"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

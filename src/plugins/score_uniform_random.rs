@@ -9,20 +9,16 @@
 use rand::Rng;
 
 use super::shared::scoring::{self, linear};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct ScoreUniformRandom;
 
+static DECLARATION: Declaration =
+    Declaration::new("score-uniform-random", Kind::Scorer, "Increase server scores randomly");
+
 impl Plugin for ScoreUniformRandom {
-    fn name(&self) -> &'static str {
-        "score-uniform-random"
-    }
-    fn step(&self) -> &'static str {
-        "Increase server scores randomly"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

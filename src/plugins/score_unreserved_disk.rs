@@ -7,20 +7,16 @@
 
 use super::score_unreserved_ram::score_by_unreserved;
 use super::shared::scoring;
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct ScoreUnreservedDisk;
 
+static DECLARATION: Declaration =
+    Declaration::new("score-unreserved-disk", Kind::Scorer, "Score servers based on unreserved disk");
+
 impl Plugin for ScoreUnreservedDisk {
-    fn name(&self) -> &'static str {
-        "score-unreserved-disk"
-    }
-    fn step(&self) -> &'static str {
-        "Score servers based on unreserved disk"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

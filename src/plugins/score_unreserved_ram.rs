@@ -8,22 +8,18 @@
 //! (every difference with them is NaN, i.e. "equal" to the sort).
 
 use super::shared::scoring::{self, linear};
-use super::{Kind, Plugin, PluginError};
-use crate::engine::{Reasons, Request, ServerId, Unreserved};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Unreserved};
 use crate::js::sort::js_sort_by_scaled;
 use crate::js::Js;
 
 pub struct ScoreUnreservedRam;
 
+static DECLARATION: Declaration =
+    Declaration::new("score-unreserved-ram", Kind::Scorer, "Score servers based on unreserved RAM");
+
 impl Plugin for ScoreUnreservedRam {
-    fn name(&self) -> &'static str {
-        "score-unreserved-ram"
-    }
-    fn step(&self) -> &'static str {
-        "Score servers based on unreserved RAM"
-    }
-    fn kind(&self) -> Kind {
-        Kind::Scorer
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

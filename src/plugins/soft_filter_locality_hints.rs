@@ -12,21 +12,17 @@
 use super::shared::locality::{
     filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag, IGNORED_NON_STRICT,
 };
-use super::{Kind, Plugin, PluginError};
 use crate::engine::parallel::sift;
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct SoftFilterLocalityHints;
 
+static DECLARATION: Declaration =
+    Declaration::new("soft-filter-locality-hints", Kind::SoftFilter, "Servers with requested soft locality considered");
+
 impl Plugin for SoftFilterLocalityHints {
-    fn name(&self) -> &'static str {
-        "soft-filter-locality-hints"
-    }
-    fn step(&self) -> &'static str {
-        "Servers with requested soft locality considered"
-    }
-    fn kind(&self) -> Kind {
-        Kind::SoftFilter
+    fn declaration(&self) -> &'static Declaration {
+        &DECLARATION
     }
     fn run(
         &self,

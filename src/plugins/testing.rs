@@ -180,8 +180,9 @@ impl Fixture {
     pub fn run_after(&self, before: &[&str], plugin: &dyn Plugin) -> Outcome {
         let mut req = self.request();
         for name in before {
-            let p = super::lookup(name).unwrap_or_else(|| panic!("no plugin {name}"));
-            run_on(&mut req, p);
+            let all = super::built_in();
+            let p = all.iter().find(|p| p.name() == *name).unwrap_or_else(|| panic!("no plugin {name}"));
+            run_on(&mut req, p.as_ref());
         }
         run_on(&mut req, plugin)
     }

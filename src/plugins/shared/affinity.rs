@@ -28,7 +28,7 @@
 
 use regex::Regex;
 
-use super::vm_index::{ListQuery, Predicate, VmIndex};
+use crate::engine::vm_index::{ListQuery, Predicate, VmIndex};
 use crate::js::regex::js_regex;
 use crate::js::{strict_eq, Js, JsObject};
 pub use crate::model::affinity::Affinity;

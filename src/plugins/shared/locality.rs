@@ -6,9 +6,9 @@
 //! (owner not a uuid, `locality` not an object, `strict` not a boolean, a `near`/`far` entry
 //! not a uuid) the plugins fail with a [`PluginError`] naming the field.
 
+use crate::engine::PluginError;
 use crate::engine::{Reasons, Request, ServerId};
 use crate::js::Js;
-use crate::plugins::PluginError;
 
 /// Appended to every reason of a non-strict filter that would have removed every server.
 pub const IGNORED_NON_STRICT: &str = " (ignored b/c non-strict)";

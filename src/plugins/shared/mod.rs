@@ -6,4 +6,3 @@ pub mod min_resource;
 pub mod platform;
 pub mod scoring;
 pub mod unreserved;
-pub mod vm_index;

@@ -13,9 +13,9 @@
 
 use std::borrow::Cow;
 
+use crate::engine::PluginError;
 use crate::engine::{Reasons, Request, ServerId};
 use crate::js::{js_ge, js_gt, js_le, js_lt, str_lt, Js, JsObject};
-use crate::plugins::PluginError;
 
 /// A cleaned platform map: only `N.N` keys, in the order the caller sent them.
 #[derive(Debug, Clone, PartialEq)]

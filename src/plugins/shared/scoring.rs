@@ -9,9 +9,9 @@
 //! score here is an internal error (it cannot happen while all weights are filled in, which
 //! `Defaults` guarantees).
 
+use crate::engine::PluginError;
 use crate::engine::{Msg, Reasons, Request, ServerId};
 use crate::js::Js;
-use crate::plugins::PluginError;
 
 /// The deprecated spread in force: the package's `alloc_server_spread` if truthy, else
 /// `defaults.server_spread` (possibly `undefined`).

@@ -1,0 +1,366 @@
+//! The plugin contract: what a plugin is, what it may touch, and how the engine holds them.
+//!
+//! Two ways to write one, as in kube-scheduler's framework and Nomad's feasibility checkers:
+//!
+//! * [`ServerFilter`]: a hard filter that decides each server on its own states only its
+//!   rule (`filter`), plus what it works out once per run (`pre_filter`). The engine owns the
+//!   loop, the reasons and the split over the cores.
+//! * [`Plugin`]: the whole-list contract (soft filters, scorers, transforms, and filters that
+//!   compare servers with each other): the ordered candidates in, the ones passed on out.
+//!
+//! Every plugin carries a [`Declaration`]: its lookup name, step name, kind, and what of the
+//! working set ([`Data`]) it reads and writes, which the engine checks against the chain's
+//! order when it is built. Plugins depend on the engine, never the reverse: the engine knows
+//! plugins only through a [`Registry`] handed to it.
+
+use std::sync::Arc;
+
+use super::context::{Request, ServerId};
+use super::parallel::sift;
+use super::reasons::{Msg, Reasons};
+
+/// What a plugin does: hard filters remove servers that cannot host the VM, soft filters
+/// remove servers while enough remain, scorers add to scores, transforms compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    HardFilter,
+    SoftFilter,
+    Scorer,
+    Transform,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::HardFilter => "hard filter",
+            Kind::SoftFilter => "soft filter",
+            Kind::Scorer => "scorer",
+            Kind::Transform => "transform",
+        }
+    }
+}
+
+/// A part of the per-request working set ([`Request`]) that plugins write for later ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Data {
+    /// Each server's unreserved CPU, RAM and disk; undefined until written.
+    Unreserved,
+    /// Each server's effective overprovision ratios; the server's own until written.
+    Ratios,
+    /// VMs added to servers from open provisioning tickets; none until written.
+    TicketVms,
+    /// The VM's locality hints, as derived from its affinity rules; `vm.locality` until
+    /// written.
+    Locality,
+    /// The VM's CPU cap, possibly copied from the package; `vm.cpu_cap` until written.
+    CpuCap,
+    /// Each server's score; 0 until written.
+    Scores,
+}
+
+impl Data {
+    /// Data that has no meaningful value before it is written: reading it from a chain
+    /// where nothing writes it first is a configuration mistake.
+    pub fn needs_writer(self) -> bool {
+        matches!(self, Data::Unreserved)
+    }
+}
+
+/// What a plugin is, in one place.
+#[derive(Debug)]
+pub struct Declaration {
+    /// Lookup name, as used in allocation descriptions (`hard-filter-min-ram`).
+    pub name: &'static str,
+    /// Step name, as reported in the step summary (`Servers with enough unreserved RAM`).
+    pub step: &'static str,
+    pub kind: Kind,
+    pub reads: &'static [Data],
+    pub writes: &'static [Data],
+    /// A filter that may reorder the servers it keeps (its [`Kind`] otherwise promises it
+    /// keeps their order).
+    pub reorders: bool,
+}
+
+impl Declaration {
+    /// A plugin that reads and writes nothing of the working set and keeps the order.
+    pub const fn new(name: &'static str, kind: Kind, step: &'static str) -> Declaration {
+        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false }
+    }
+
+    pub const fn reads(mut self, data: &'static [Data]) -> Declaration {
+        self.reads = data;
+        self
+    }
+
+    pub const fn writes(mut self, data: &'static [Data]) -> Declaration {
+        self.writes = data;
+        self
+    }
+
+    pub const fn reorders(mut self) -> Declaration {
+        self.reorders = true;
+        self
+    }
+}
+
+/// An internal failure inside a plugin (never the caller's mistake).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PluginError(pub String);
+
+impl std::fmt::Display for PluginError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for PluginError {}
+
+/// One allocation step, over the whole candidate list.
+pub trait Plugin: Sync + Send {
+    fn declaration(&self) -> &'static Declaration;
+
+    /// Runs on `servers` (in order) and returns the servers passed on, in order.
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError>;
+
+    fn name(&self) -> &'static str {
+        self.declaration().name
+    }
+}
+
+/// What a [`ServerFilter`] works out once per run.
+pub enum PreFilter<T> {
+    /// Check every server with this.
+    Run(T),
+    /// The filter is switched off: every server passes, with this `skip` reason.
+    Skip(Msg),
+    /// Every server passes, without a reason.
+    PassAll,
+}
+
+/// A [`ServerFilter`]'s verdict on one server.
+pub enum Verdict {
+    Keep,
+    /// Removed without a reason (as some of the original's filters do).
+    Remove,
+    /// Removed, with the reason recorded under the server's key.
+    RemoveBecause(Msg),
+}
+
+impl Verdict {
+    /// Removed because of `why`.
+    pub fn fail(why: impl Into<Msg>) -> Verdict {
+        Verdict::RemoveBecause(why.into())
+    }
+
+    /// [`Verdict::Keep`] when `keep` holds, else [`Verdict::Remove`].
+    pub fn keep_if(keep: bool) -> Verdict {
+        if keep {
+            Verdict::Keep
+        } else {
+            Verdict::Remove
+        }
+    }
+}
+
+/// A hard filter that decides each server on its own (kube's `Filter`, Nomad's `Feasible`).
+pub trait ServerFilter: Sync + Send {
+    /// What [`ServerFilter::pre_filter`] works out for [`ServerFilter::filter`].
+    type Prepared: Sync + Default;
+
+    /// Split the servers over the cores past `parallel::PARALLEL_FROM` candidates: for rules
+    /// that read much of each server (the time then goes to fetching it from memory).
+    const PARALLEL: bool = false;
+
+    fn declaration(&self) -> &'static Declaration;
+
+    /// Once per run, before any server: what the rule needs from the request, or whether
+    /// the filter is switched off.
+    fn pre_filter(&self, _req: &Request<'_>) -> Result<PreFilter<Self::Prepared>, PluginError> {
+        Ok(PreFilter::Run(Self::Prepared::default()))
+    }
+
+    /// The rule: whether server `id` can host the VM.
+    fn filter(&self, req: &Request<'_>, prepared: &Self::Prepared, id: ServerId) -> Verdict;
+}
+
+impl<F: ServerFilter> Plugin for F {
+    fn declaration(&self) -> &'static Declaration {
+        ServerFilter::declaration(self)
+    }
+
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
+        let req = &*req;
+        let prepared = match self.pre_filter(req)? {
+            PreFilter::Run(prepared) => prepared,
+            PreFilter::Skip(why) => {
+                reasons.skip(why);
+                return Ok(servers.to_vec());
+            }
+            PreFilter::PassAll => return Ok(servers.to_vec()),
+        };
+        let check = |id| match self.filter(req, &prepared, id) {
+            Verdict::Keep => None,
+            Verdict::Remove => Some(None),
+            Verdict::RemoveBecause(why) => Some(Some(why)),
+        };
+        let (kept, removed) = if F::PARALLEL {
+            sift(servers, check)
+        } else {
+            let mut kept = Vec::with_capacity(servers.len());
+            let mut removed = Vec::new();
+            for &id in servers {
+                match check(id) {
+                    None => kept.push(id),
+                    Some(why) => removed.push((id, why)),
+                }
+            }
+            (kept, removed)
+        };
+        for (id, why) in removed {
+            if let Some(why) = why {
+                reasons.set(req.key(id), why);
+            }
+        }
+        Ok(kept)
+    }
+}
+
+/// Every plugin a chain may name, by lookup name. Assembled above the engine (the built-in
+/// plugins, and any loaded at start-up) and handed to it.
+#[derive(Clone, Default)]
+pub struct Registry {
+    plugins: Vec<Arc<dyn Plugin>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.plugins.iter().map(|p| p.name())).finish()
+    }
+}
+
+impl Registry {
+    /// Adds a plugin; an error names a lookup name already taken.
+    pub fn register(&mut self, plugin: Arc<dyn Plugin>) -> Result<(), String> {
+        if self.lookup(plugin.name()).is_some() {
+            return Err(format!("plugin name {:?} is already registered", plugin.name()));
+        }
+        self.plugins.push(plugin);
+        Ok(())
+    }
+
+    /// The plugin registered under a lookup name.
+    pub fn lookup(&self, name: &str) -> Option<&Arc<dyn Plugin>> {
+        self.plugins.iter().find(|p| p.name() == name)
+    }
+
+    /// Every plugin, in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Plugin>> {
+        self.plugins.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.plugins.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.plugins.is_empty()
+    }
+}
+
+/// What a plugin's [`Kind`] promises about its output, broken: a filter returns a
+/// subsequence of its input (unless it declares it reorders, then a subset), a scorer or
+/// transform returns its input unchanged. Checked after every step in debug builds.
+pub fn broken_promise(decl: &Declaration, input: &[ServerId], output: &[ServerId]) -> Option<String> {
+    let name = decl.name;
+    match decl.kind {
+        Kind::HardFilter | Kind::SoftFilter if decl.reorders => {
+            let mut seen = vec![false; input.iter().max().map_or(0, |m| m + 1)];
+            input.iter().for_each(|&id| seen[id] = true);
+            let foreign = output.iter().find(|&&id| !seen.get(id).copied().unwrap_or(false));
+            foreign.map(|id| format!("{name} returned server {id}, which it was not given"))
+        }
+        Kind::HardFilter | Kind::SoftFilter => {
+            let mut rest = input.iter();
+            let stray = output.iter().find(|&&id| !rest.any(|&i| i == id));
+            stray.map(|id| format!("{name} returned server {id} out of order or not given"))
+        }
+        Kind::Scorer | Kind::Transform if input != output => {
+            Some(format!("{name} is a {} but changed the server list", decl.kind.as_str()))
+        }
+        Kind::Scorer | Kind::Transform => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::testing::stub_request;
+
+    const FILTER: Declaration = Declaration::new("f", Kind::HardFilter, "F");
+    const SORTER: Declaration = Declaration::new("s", Kind::HardFilter, "S").reorders();
+    const SCORER: Declaration = Declaration::new("c", Kind::Scorer, "C");
+
+    struct OddOut;
+
+    static ODD_OUT: Declaration = Declaration::new("odd-out", Kind::HardFilter, "Even servers");
+
+    impl ServerFilter for OddOut {
+        type Prepared = usize;
+        fn declaration(&self) -> &'static Declaration {
+            &ODD_OUT
+        }
+        fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<usize>, PluginError> {
+            Ok(match req.servers.len() {
+                0 => PreFilter::PassAll,
+                1 => PreFilter::Skip("only one".into()),
+                n => PreFilter::Run(n),
+            })
+        }
+        fn filter(&self, _: &Request<'_>, n: &usize, id: ServerId) -> Verdict {
+            match id % 2 {
+                0 => Verdict::Keep,
+                _ if id + 1 == *n => Verdict::Remove,
+                _ => Verdict::fail(format!("{id} is odd")),
+            }
+        }
+    }
+
+    #[test]
+    fn a_server_filter_states_its_rule_and_the_engine_runs_the_loop() {
+        let servers: Vec<_> = (0..4).map(|i| serde_json::json!({"uuid": format!("s{i}")})).collect();
+        let (kept, reasons) = stub_request(&servers, |req| {
+            let mut reasons = Reasons::default();
+            let kept = OddOut.run(req, &[0, 1, 2, 3], &mut reasons).expect("runs");
+            (kept, reasons.iter().map(|(k, v)| format!("{k}: {v}")).collect::<Vec<_>>())
+        });
+        assert_eq!(kept, [0, 2]);
+        assert_eq!(reasons, ["s1: 1 is odd"]);
+        let skipped = stub_request(&servers[..1], |req| {
+            let mut reasons = Reasons::default();
+            let kept = OddOut.run(req, &[0], &mut reasons).expect("runs");
+            (kept, reasons.get("skip").map(str::to_string))
+        });
+        assert_eq!(skipped, (vec![0], Some("only one".to_string())));
+    }
+
+    #[test]
+    fn kinds_keep_their_promises() {
+        assert_eq!(broken_promise(&FILTER, &[3, 1, 2], &[3, 2]), None);
+        assert!(broken_promise(&FILTER, &[3, 1, 2], &[2, 3]).is_some());
+        assert!(broken_promise(&FILTER, &[3, 1], &[4]).is_some());
+        assert_eq!(broken_promise(&SORTER, &[3, 1, 2], &[2, 3]), None);
+        assert!(broken_promise(&SORTER, &[3, 1], &[0]).is_some());
+        assert_eq!(broken_promise(&SCORER, &[3, 1], &[3, 1]), None);
+        assert!(broken_promise(&SCORER, &[3, 1], &[1, 3]).is_some());
+    }
+}
