@@ -146,7 +146,11 @@ impl ServiceConfig {
             "allocationDescription": self.allocation_description,
             "defaults": defaults,
         });
-        Engine::from_config(&engine_config, &crate::registry::built_in()).map_err(|e| e.to_string())
+        let engine = Engine::from_config(&engine_config, &crate::registry::built_in()).map_err(|e| e.to_string())?;
+        for warning in engine.warnings() {
+            tracing::warn!("allocation description: {warning}");
+        }
+        Ok(engine)
     }
 
     /// A short hash of the engine configuration, to tell which one a running service has.

@@ -24,4 +24,32 @@ mod tests {
         assert!(registry.lookup("hard-filter-min-ram").is_some());
         assert!(registry.lookup("pick-random").is_none());
     }
+
+    fn warnings(description: serde_json::Value) -> Vec<String> {
+        let config = serde_json::json!({ "allocationDescription": description });
+        let engine = crate::engine::Engine::from_config(&config, &super::built_in()).expect("valid chain");
+        engine.warnings().to_vec()
+    }
+
+    #[test]
+    fn the_production_chain_reads_nothing_before_it_is_written() {
+        let config: serde_json::Value =
+            serde_json::from_str(include_str!("../config/default.json")).expect("the built-in config");
+        assert_eq!(warnings(config["allocationDescription"].clone()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_filter_before_what_it_needs_is_named() {
+        let chain = serde_json::json!(["pipe", "hard-filter-min-ram", "calculate-server-unreserved"]);
+        assert_eq!(
+            warnings(chain),
+            ["hard-filter-min-ram reads the servers' unreserved resources before calculate-server-unreserved \
+              writes it: move calculate-server-unreserved earlier in the chain"]
+        );
+        let chain = serde_json::json!(["pipe", "hard-filter-setup", "score-unreserved-ram"]);
+        assert_eq!(
+            warnings(chain),
+            ["score-unreserved-ram reads the servers' unreserved resources, which no plugin before it writes"]
+        );
+    }
 }

@@ -86,15 +86,17 @@ impl<'r> PackageState<'r> {
     }
 }
 
-/// One allocation (or capacity) run's working set.
+/// One allocation (or capacity) run's working set. What plugins learn or change is written
+/// through the named writers below (`set_unreserved`, `add_ticket_vm`, ...), each the write
+/// side of a [`Data`](super::plugin::Data) a plugin declares.
 pub struct Request<'r> {
     pub servers: &'r [Server<'r>],
-    pub state: Vec<ServerState>,
+    state: Vec<ServerState>,
     pub vm: &'r VmPayload,
     /// `vm.cpu_cap`, possibly copied from the package by `hard-filter-min-cpu`.
-    pub vm_cpu_cap: Js,
+    vm_cpu_cap: Js,
     /// `vm.locality`, possibly replaced by `calculate-affinity`.
-    pub vm_locality: Js,
+    vm_locality: Js,
     pub image: &'r Image,
     pub package: Option<PackageState<'r>>,
     pub tickets: &'r [Ticket],
@@ -137,6 +139,82 @@ impl<'r> Request<'r> {
 
     pub fn server(&self, id: ServerId) -> &'r Server<'r> {
         &self.servers[id]
+    }
+
+    /// What the allocation has learnt or changed about server `id` so far.
+    pub fn state(&self, id: ServerId) -> &ServerState {
+        &self.state[id]
+    }
+
+    /// Every server's state, in `servers` order.
+    pub fn states(&self) -> &[ServerState] {
+        &self.state
+    }
+
+    /// The states, once the run is over.
+    pub fn into_states(self) -> Vec<ServerState> {
+        self.state
+    }
+
+    /// Direct access for tests that set up a state mid-chain.
+    #[cfg(test)]
+    pub fn states_mut(&mut self) -> &mut [ServerState] {
+        &mut self.state
+    }
+
+    /// Writes [`Data::Scores`](super::plugin::Data::Scores).
+    pub fn set_score(&mut self, id: ServerId, score: f64) {
+        self.state[id].score = score;
+    }
+
+    /// Writes [`Data::Unreserved`](super::plugin::Data::Unreserved).
+    pub fn set_unreserved(&mut self, id: ServerId, unreserved: Unreserved) {
+        self.state[id].unreserved = Some(unreserved);
+    }
+
+    /// Writes [`Data::Ratios`](super::plugin::Data::Ratios): the server's effective
+    /// `overprovision_ratios` (shared: many servers get the same replacement).
+    pub fn set_ratios(&mut self, id: ServerId, ratios: Arc<Js>) {
+        self.state[id].ratios = Some(ratios);
+    }
+
+    /// Writes [`Data::TicketVms`](super::plugin::Data::TicketVms): a VM of an open ticket
+    /// on server `id`, and what it adds to the server's zone quotas (term by term, in the
+    /// original's order of additions) and KVM zvols.
+    pub fn add_ticket_vm(
+        &mut self,
+        id: ServerId,
+        key: &str,
+        vm: ServerVm<'static>,
+        quota_bytes: &[f64],
+        zvol_bytes: f64,
+    ) {
+        let state = &mut self.state[id];
+        for bytes in quota_bytes {
+            state.zone_quota_added_bytes += bytes;
+        }
+        state.kvm_zvol_added_bytes += zvol_bytes;
+        state.ticket_vms.push((key.into(), vm));
+    }
+
+    /// `vm.cpu_cap` in effect ([`Data::CpuCap`](super::plugin::Data::CpuCap)).
+    pub fn vm_cpu_cap(&self) -> &Js {
+        &self.vm_cpu_cap
+    }
+
+    /// Writes [`Data::CpuCap`](super::plugin::Data::CpuCap).
+    pub fn set_vm_cpu_cap(&mut self, cap: Js) {
+        self.vm_cpu_cap = cap;
+    }
+
+    /// `vm.locality` in effect ([`Data::Locality`](super::plugin::Data::Locality)).
+    pub fn vm_locality(&self) -> &Js {
+        &self.vm_locality
+    }
+
+    /// Writes [`Data::Locality`](super::plugin::Data::Locality).
+    pub fn set_vm_locality(&mut self, locality: Js) {
+        self.vm_locality = locality;
     }
 
     /// `String(server.uuid)`: the reasons key for a server.

@@ -23,7 +23,9 @@ use serde_json::Value;
 pub use context::{Request, ServerId, ServerState, Unreserved};
 pub use defaults::Defaults;
 pub use expr::Expr;
-pub use plugin::{Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict};
+pub use plugin::{
+    keep_passing, Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict,
+};
 pub use reasons::{write_json_str, KeyTable, Msg, ReasonKey, Reasons, ServerKey};
 pub use summary::{Step, StepsFormat, StepsView};
 
@@ -142,8 +144,8 @@ impl Engine {
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
-        let chosen = select(&survivors, &req.state);
-        Ok(Allocation { chosen, steps, state: req.state })
+        let chosen = select(&survivors, req.states());
+        Ok(Allocation { chosen, steps, state: req.into_states() })
     }
 
     /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.
@@ -156,7 +158,7 @@ impl Engine {
         for step in &steps {
             reasons.extend(&step.reasons);
         }
-        let servers = survivors.into_iter().filter_map(|id| req.state[id].unreserved.map(|u| (id, u))).collect();
+        let servers = survivors.into_iter().filter_map(|id| req.state(id).unreserved.map(|u| (id, u))).collect();
         Ok(Capacity { servers, reasons })
     }
 }

@@ -208,31 +208,43 @@ impl<F: ServerFilter> Plugin for F {
             }
             PreFilter::PassAll => return Ok(servers.to_vec()),
         };
-        let check = |id| match self.filter(req, &prepared, id) {
-            Verdict::Keep => None,
-            Verdict::Remove => Some(None),
-            Verdict::RemoveBecause(why) => Some(Some(why)),
-        };
-        let (kept, removed) = if F::PARALLEL {
-            sift(servers, check)
-        } else {
-            let mut kept = Vec::with_capacity(servers.len());
-            let mut removed = Vec::new();
-            for &id in servers {
-                match check(id) {
-                    None => kept.push(id),
-                    Some(why) => removed.push((id, why)),
-                }
-            }
-            (kept, removed)
-        };
-        for (id, why) in removed {
-            if let Some(why) = why {
-                reasons.set(req.key(id), why);
+        Ok(keep_passing(req, servers, reasons, F::PARALLEL, |id| self.filter(req, &prepared, id)))
+    }
+}
+
+/// The servers `check` keeps, in order; the reasons of the others recorded under their keys
+/// (in server order). `parallel`: split the servers over the cores when there are many.
+pub fn keep_passing(
+    req: &Request<'_>,
+    servers: &[ServerId],
+    reasons: &mut Reasons,
+    parallel: bool,
+    check: impl Fn(ServerId) -> Verdict + Sync,
+) -> Vec<ServerId> {
+    let check = |id| match check(id) {
+        Verdict::Keep => None,
+        Verdict::Remove => Some(None),
+        Verdict::RemoveBecause(why) => Some(Some(why)),
+    };
+    let (kept, removed) = if parallel {
+        sift(servers, check)
+    } else {
+        let mut kept = Vec::with_capacity(servers.len());
+        let mut removed = Vec::new();
+        for &id in servers {
+            match check(id) {
+                None => kept.push(id),
+                Some(why) => removed.push((id, why)),
             }
         }
-        Ok(kept)
+        (kept, removed)
+    };
+    for (id, why) in removed {
+        if let Some(why) = why {
+            reasons.set(req.key(id), why);
+        }
     }
+    kept
 }
 
 /// Every plugin a chain may name, by lookup name. Assembled above the engine (the built-in

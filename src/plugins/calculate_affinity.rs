@@ -9,12 +9,13 @@
 
 use super::shared::affinity::{locality_from_affinity, Affinity};
 use super::shared::locality::owner_uuid;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct CalculateAffinity;
 
 static DECLARATION: Declaration =
-    Declaration::new("calculate-affinity", Kind::Transform, "Convert affinity to locality hints");
+    Declaration::new("calculate-affinity", Kind::Transform, "Convert affinity to locality hints")
+        .writes(&[Data::Locality]);
 
 impl Plugin for CalculateAffinity {
     fn declaration(&self) -> &'static Declaration {
@@ -46,7 +47,7 @@ impl Plugin for CalculateAffinity {
             }
             Ok(None) => Ok(servers.to_vec()),
             Ok(Some(locality)) => {
-                req.vm_locality = locality.to_js();
+                req.set_vm_locality(locality.to_js());
                 Ok(servers.to_vec())
             }
         }
@@ -86,7 +87,7 @@ mod tests {
         let out = run_on(&mut req, &CalculateAffinity);
         assert_eq!(out.remaining, ["s1", "s2"]);
         assert_eq!(out.reason_list(), [("skip".into(), "No affinity found".into())]);
-        assert_eq!(req.vm_locality.stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
+        assert_eq!(req.vm_locality().stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
     }
 
     #[test]
@@ -96,7 +97,7 @@ mod tests {
         let out = run_on(&mut req, &CalculateAffinity);
         assert_eq!(out.remaining, ["s1", "s2"]);
         assert!(out.reasons.is_empty());
-        assert_eq!(req.vm_locality.stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
+        assert_eq!(req.vm_locality().stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
     }
 
     #[test]
@@ -106,7 +107,7 @@ mod tests {
         let out = run_on(&mut req, &CalculateAffinity);
         assert_eq!(out.remaining, ["s1", "s2"]);
         assert!(out.reasons.is_empty());
-        assert_eq!(req.vm_locality.stringify(), format!(r#"{{"strict":true,"far":["{WEB3}"]}}"#));
+        assert_eq!(req.vm_locality().stringify(), format!(r#"{{"strict":true,"far":["{WEB3}"]}}"#));
     }
 
     #[test]
@@ -123,7 +124,7 @@ mod tests {
             )]
         );
         // The caller's locality stays.
-        assert_eq!(req.vm_locality.stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
+        assert_eq!(req.vm_locality().stringify(), format!(r#"{{"near":"{WEB3}"}}"#));
     }
 
     #[test]

@@ -8,12 +8,14 @@
 
 use super::shared::unreserved::{default_ratios, unreserved};
 use crate::engine::parallel::map_servers;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct CalculateServerUnreserved;
 
 static DECLARATION: Declaration =
-    Declaration::new("calculate-server-unreserved", Kind::Transform, "Calculate unreserved resources on each server");
+    Declaration::new("calculate-server-unreserved", Kind::Transform, "Calculate unreserved resources on each server")
+        .reads(&[Data::Ratios, Data::TicketVms])
+        .writes(&[Data::Ratios, Data::Unreserved]);
 
 impl Plugin for CalculateServerUnreserved {
     fn declaration(&self) -> &'static Declaration {
@@ -31,13 +33,13 @@ impl Plugin for CalculateServerUnreserved {
             map_servers(servers, |id| shared.server(id).sysinfo.truthy() && !shared.ratios(id).truthy());
         for (&id, needs) in servers.iter().zip(need_defaults) {
             if needs {
-                req.state[id].ratios = Some(defaults.clone());
+                req.set_ratios(id, defaults.clone());
             }
         }
         let shared = &*req;
         let computed = map_servers(servers, |id| unreserved(shared, id));
         for (&id, u) in servers.iter().zip(computed) {
-            req.state[id].unreserved = Some(u);
+            req.set_unreserved(id, u);
         }
         Ok(servers.to_vec())
     }

@@ -10,7 +10,7 @@
 use indexmap::IndexMap;
 
 use super::shared::unreserved::{is_hvm_brand, GIB};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{js_add, Js};
 use crate::model::{FullVm, ServerVm, Ticket};
 
@@ -22,7 +22,8 @@ const BHYVE_MEM_OVERHEAD_MIB: f64 = 1024.0 + 256.0;
 pub struct CalculateTicketedVms;
 
 static DECLARATION: Declaration =
-    Declaration::new("calculate-ticketed-vms", Kind::Transform, "Add VMs which have open provisioning tickets");
+    Declaration::new("calculate-ticketed-vms", Kind::Transform, "Add VMs which have open provisioning tickets")
+        .writes(&[Data::TicketVms]);
 
 impl Plugin for CalculateTicketedVms {
     fn declaration(&self) -> &'static Declaration {
@@ -73,18 +74,17 @@ fn add_ticketed(req: &mut Request<'_>, id: ServerId, tickets: &[&Ticket]) -> boo
             continue;
         }
         let (mut vm, zvol_gib) = vm_from_ticket(ticket);
-        let state = &mut req.state[id];
-        state.zone_quota_added_bytes += vm.quota_gib.num() * GIB;
-        match vm.brand.as_str() {
-            Some("kvm") => state.kvm_zvol_added_bytes += zvol_gib * GIB,
+        let quota_bytes = vm.quota_gib.num() * GIB;
+        let (quota_terms, zvol_bytes) = match vm.brand.as_str() {
+            Some("kvm") => ([quota_bytes, 0.0], zvol_gib * GIB),
             Some("bhyve") => {
                 // vmadm adds a bhyve VM's zvols to its quota once it exists; do it ahead.
-                state.zone_quota_added_bytes += zvol_gib * GIB;
                 vm.quota_gib = js_add(&vm.quota_gib, &Js::Num(zvol_gib));
+                ([quota_bytes, zvol_gib * GIB], 0.0)
             }
-            _ => {}
-        }
-        state.ticket_vms.push((key.into(), ServerVm::from(vm)));
+            _ => ([quota_bytes, 0.0], 0.0),
+        };
+        req.add_ticket_vm(id, &key, ServerVm::from(vm), &quota_terms, zvol_bytes);
     }
     true
 }
@@ -221,7 +221,7 @@ mod tests {
         let keys: Vec<&str> = req.vms(0).map(|(k, _)| k).collect();
         assert_eq!(keys, ["a", "t1"]);
         assert_eq!(req.vm_count(0), 2);
-        assert_eq!(req.state[0].zone_quota_added_bytes, GIB);
+        assert_eq!(req.state(0).zone_quota_added_bytes, GIB);
         // Running it again adds nothing.
         crate::plugins::testing::run_on(&mut req, &CalculateTicketedVms);
         assert_eq!(req.vm_count(0), 2);

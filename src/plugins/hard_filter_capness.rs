@@ -6,7 +6,7 @@
 //! reported, naming the VM object's own `uuid` (`undefined` if it has none). A server without
 //! a `vms` object (the original throws) reads as having no VMs.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterCapness;
 
@@ -14,40 +14,32 @@ static DECLARATION: Declaration = Declaration::new(
     "hard-filter-capness",
     Kind::HardFilter,
     "Servers which have same existence of cpu_cap as package",
-);
+)
+.reads(&[Data::CpuCap, Data::TicketVms]);
 
-impl Plugin for HardFilterCapness {
+impl ServerFilter for HardFilterCapness {
+    /// Whether the new VM is capped.
+    type Prepared = bool;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<bool>, PluginError> {
         if req.defaults.filter_capness.switched_off() {
-            reasons.skip("Do not filter out cpu_cap disparities");
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::Skip("Do not filter out cpu_cap disparities".into()));
         }
-        let capped = req.vm_cpu_cap.truthy() || req.package.as_ref().is_some_and(|p| p.package.cpu_cap_pct.truthy());
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            let odd = req.first_vm_capped(id, !capped);
-            match odd {
-                None => kept.push(id),
-                Some(vm) => {
-                    let msg = format!(
-                        "VM {} has {} cpu_cap, while the package {}",
-                        vm.uuid().to_js_string(),
-                        if capped { "no" } else { "a" },
-                        if capped { "does" } else { "does not" }
-                    );
-                    reasons.set(req.key(id), msg);
-                }
-            }
+        let capped = req.vm_cpu_cap().truthy() || req.package.as_ref().is_some_and(|p| p.package.cpu_cap_pct.truthy());
+        Ok(PreFilter::Run(capped))
+    }
+    fn filter(&self, req: &Request<'_>, &capped: &bool, id: ServerId) -> Verdict {
+        match req.first_vm_capped(id, !capped) {
+            None => Verdict::Keep,
+            Some(vm) => Verdict::fail(format!(
+                "VM {} has {} cpu_cap, while the package {}",
+                vm.uuid().to_js_string(),
+                if capped { "no" } else { "a" },
+                if capped { "does" } else { "does not" }
+            )),
         }
-        Ok(kept)
     }
 }
 

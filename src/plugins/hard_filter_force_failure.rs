@@ -1,29 +1,23 @@
 //! `hard-filter-force-failure`: removes every server when the VM's
 //! `internal_metadata.force_designation_failure` is truthy (used to test failure handling).
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterForceFailure;
 
 static DECLARATION: Declaration = Declaration::new("hard-filter-force-failure", Kind::HardFilter, "Forced failure");
 
-impl Plugin for HardFilterForceFailure {
+impl ServerFilter for HardFilterForceFailure {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        if !req.vm.internal_metadata.get("force_designation_failure").truthy() {
-            return Ok(servers.to_vec());
-        }
-        for &id in servers {
-            reasons.set(req.key(id), "force_designation_failure set, failing");
-        }
-        Ok(Vec::new())
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<()>, PluginError> {
+        let forced = req.vm.internal_metadata.get("force_designation_failure").truthy();
+        Ok(if forced { PreFilter::Run(()) } else { PreFilter::PassAll })
+    }
+    fn filter(&self, _: &Request<'_>, _: &(), _: ServerId) -> Verdict {
+        Verdict::fail("force_designation_failure set, failing")
     }
 }
 

@@ -1,28 +1,25 @@
 //! `hard-filter-headnode`: removes headnodes unless `filter_headnode` is set and false.
 
-use super::retain;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterHeadnode;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-headnode", Kind::HardFilter, "Servers which are not headnodes");
 
-impl Plugin for HardFilterHeadnode {
+impl ServerFilter for HardFilterHeadnode {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        if req.defaults.filter_headnode.switched_off() {
-            reasons.skip("Do not filter out headnodes");
-            return Ok(servers.to_vec());
-        }
-        Ok(retain(servers, |id| !req.server(id).headnode.truthy()))
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<()>, PluginError> {
+        Ok(match req.defaults.filter_headnode.switched_off() {
+            true => PreFilter::Skip("Do not filter out headnodes".into()),
+            false => PreFilter::Run(()),
+        })
+    }
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        Verdict::keep_if(!req.server(id).headnode.truthy())
     }
 }
 

@@ -9,7 +9,7 @@
 //! empty.
 
 use super::shared::unreserved::is_hvm_brand;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::{fmt_num, js_gt, js_lt, Js};
 
 /// Max vcpus of a bhyve guest on platforms that do not report it.
@@ -18,34 +18,35 @@ const OLD_BHYVE_MAX_VCPUS: f64 = 16.0;
 pub struct HardFilterHvm;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-hvm", Kind::HardFilter, "Servers which are capable of requested virtualization");
+    Declaration::new("hard-filter-hvm", Kind::HardFilter, "Servers which are capable of requested virtualization")
+        .reads(&[Data::TicketVms]);
 
-impl Plugin for HardFilterHvm {
+/// The HVM brand asked for, and the vcpus it requests.
+#[derive(Default)]
+pub struct Hvm {
+    brand: String,
+    vcpus: Js,
+}
+
+impl ServerFilter for HardFilterHvm {
+    type Prepared = Hvm;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Hvm>, PluginError> {
         let brand = &req.vm.brand;
         if !is_hvm_brand(brand) {
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::PassAll);
         }
-        let brand_name = brand.to_js_string();
-        let bhyve = brand_name == "bhyve";
         // A missing or zero vcpus shows as -1, which no server accepts.
         let vcpus = if req.vm.vcpus.truthy() { req.vm.vcpus.clone() } else { Js::Num(-1.0) };
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            match rejection(req, id, bhyve, &brand_name, &vcpus) {
-                None => kept.push(id),
-                Some(msg) => reasons.set(req.key(id), msg),
-            }
+        Ok(PreFilter::Run(Hvm { brand: brand.to_js_string(), vcpus }))
+    }
+    fn filter(&self, req: &Request<'_>, hvm: &Hvm, id: ServerId) -> Verdict {
+        match rejection(req, id, hvm.brand == "bhyve", &hvm.brand, &hvm.vcpus) {
+            None => Verdict::Keep,
+            Some(why) => Verdict::fail(why),
         }
-        Ok(kept)
     }
 }
 

@@ -3,38 +3,26 @@
 //! its reason (e.g. `property "memory_total_bytes": is missing and it is required`), so one
 //! malformed server never fails a whole request.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterInvalidServers;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-invalid-servers", Kind::HardFilter, "Servers objects which are valid");
 
-impl Plugin for HardFilterInvalidServers {
+impl ServerFilter for HardFilterInvalidServers {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            match req.server(id).schema_violation() {
-                None => kept.push(id),
-                Some(msg) => {
-                    // The original warned only about set-up servers: unset-up ones are
-                    // routinely incomplete.
-                    if req.server(id).setup.truthy() {
-                        tracing::warn!(server = %req.key(id), "skipping invalid server: {msg}");
-                    }
-                    reasons.set(req.key(id), msg.to_string());
-                }
-            }
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        let Some(msg) = req.server(id).schema_violation() else { return Verdict::Keep };
+        // The original warned only about set-up servers: unset-up ones are routinely
+        // incomplete.
+        if req.server(id).setup.truthy() {
+            tracing::warn!(server = %req.key(id), "skipping invalid server: {msg}");
         }
-        Ok(kept)
+        Verdict::fail(msg.to_string())
     }
 }
 

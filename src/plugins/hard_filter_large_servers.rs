@@ -7,7 +7,7 @@
 //! so it is stable and also places servers whose unreserved RAM is unknown (NaN comparisons)
 //! exactly where the original did.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::sort::js_sort_by_scaled;
 
 /// The share of servers held back.
@@ -16,7 +16,9 @@ const LARGE_POOL_RATIO: f64 = 0.15;
 pub struct HardFilterLargeServers;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-large-servers", Kind::HardFilter, "Filter out the largest and most empty servers");
+    Declaration::new("hard-filter-large-servers", Kind::HardFilter, "Filter out the largest and most empty servers")
+        .reads(&[Data::Unreserved])
+        .reorders();
 
 impl Plugin for HardFilterLargeServers {
     fn declaration(&self) -> &'static Declaration {
@@ -36,7 +38,7 @@ impl Plugin for HardFilterLargeServers {
         if held_back < 1.0 {
             return Ok(servers.to_vec());
         }
-        let ram = |id: ServerId| req.state[id].unreserved.map_or(f64::NAN, |u| u.ram_mib);
+        let ram = |id: ServerId| req.state(id).unreserved.map_or(f64::NAN, |u| u.ram_mib);
         let mut sorted: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, ram(id))).collect();
         // Descending: the comparator is `b - a`, which is `-1 × (a - b)` exactly.
         js_sort_by_scaled(&mut sorted, |s| s.1, -1.0);
@@ -54,7 +56,7 @@ mod tests {
     fn run(f: &Fixture, ram: &[f64]) -> Outcome {
         let mut req = f.request();
         for (i, &r) in ram.iter().enumerate() {
-            req.state[i].unreserved = Some(Unreserved { cpu_pct: 0.0, ram_mib: r, disk_mib: 0.0 });
+            req.set_unreserved(i, Unreserved { cpu_pct: 0.0, ram_mib: r, disk_mib: 0.0 });
         }
         run_on(&mut req, &HardFilterLargeServers)
     }

@@ -8,12 +8,13 @@
 //! `locality` or `strict` of the wrong type, non-uuid near/far entries) fails the plugin.
 
 use super::shared::locality::{filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct HardFilterLocalityHints;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-locality-hints", Kind::HardFilter, "Servers with requested hard locality considered");
+    Declaration::new("hard-filter-locality-hints", Kind::HardFilter, "Servers with requested hard locality considered")
+        .reads(&[Data::Locality, Data::TicketVms]);
 
 impl Plugin for HardFilterLocalityHints {
     fn declaration(&self) -> &'static Declaration {
@@ -29,7 +30,7 @@ impl Plugin for HardFilterLocalityHints {
         if servers.is_empty() {
             return Ok(Vec::new());
         }
-        let locality = locality_object(&req.vm_locality)?;
+        let locality = locality_object(req.vm_locality())?;
         if !strict_flag(locality)? {
             reasons.skip("No strict locality requested");
             return Ok(servers.to_vec());
@@ -161,7 +162,7 @@ mod tests {
     fn uses_the_locality_calculate_affinity_derived() {
         let f = fixture(json!(null));
         let mut req = f.request();
-        req.vm_locality = serde_json::from_value(json!({"strict": true, "near": [V2]})).expect("js");
+        req.set_vm_locality(serde_json::from_value(json!({"strict": true, "near": [V2]})).expect("js"));
         let out = crate::plugins::testing::run_on(&mut req, &HardFilterLocalityHints);
         assert_eq!(out.remaining, ["s2"]);
     }

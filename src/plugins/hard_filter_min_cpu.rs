@@ -6,14 +6,16 @@
 //! overprovision CPU either (unless there is no package at all). A server without an
 //! `overprovision_ratios` object (the original throws) reads as having no ratio.
 
-use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use super::shared::min_resource::{Requirement, Resource};
+use crate::engine::{keep_passing, Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::Js;
 
 pub struct HardFilterMinCpu;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-min-cpu", Kind::HardFilter, "Servers with enough unreserved CPU");
+    Declaration::new("hard-filter-min-cpu", Kind::HardFilter, "Servers with enough unreserved CPU")
+        .reads(&[Data::CpuCap, Data::Ratios, Data::Unreserved])
+        .writes(&[Data::CpuCap]);
 
 impl Plugin for HardFilterMinCpu {
     fn declaration(&self) -> &'static Declaration {
@@ -30,20 +32,23 @@ impl Plugin for HardFilterMinCpu {
             return Ok(servers.to_vec());
         }
         if let Some(pkg) = &req.package {
-            if !req.vm_cpu_cap.truthy() && pkg.package.cpu_cap_pct.truthy() {
-                req.vm_cpu_cap = pkg.package.cpu_cap_pct.clone();
+            if !req.vm_cpu_cap().truthy() && pkg.package.cpu_cap_pct.truthy() {
+                req.set_vm_cpu_cap(pkg.package.cpu_cap_pct.clone());
             }
         }
-        if !req.vm_cpu_cap.truthy() {
-            // Uncapped VMs are allowed anywhere.
+        // Uncapped VMs are allowed anywhere.
+        let Some(pkg) = req.package.as_ref().filter(|_| req.vm_cpu_cap().truthy()) else {
             return Ok(servers.to_vec());
-        }
-        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_cpu.truthy()) else {
-            return Ok(keep_without_ratio(req, servers, reasons, Resource::Cpu));
         };
-        let requested = Js::Num(req.vm_cpu_cap.num() / pkg.overprovision_cpu.num());
-        Ok(keep_with_spare(req, servers, reasons, Resource::Cpu, &requested, |want, spare| {
-            format!("VM's calculated {want} CPU is less than server's spare {spare}")
+        let requirement = match pkg.overprovision_cpu.truthy() {
+            true => Requirement::Spare(Js::Num(req.vm_cpu_cap().num() / pkg.overprovision_cpu.num())),
+            false => Requirement::NoRatio,
+        };
+        let req = &*req;
+        Ok(keep_passing(req, servers, reasons, false, |id| {
+            Resource::Cpu.verdict(req, id, &requirement, |want, spare| {
+                format!("VM's calculated {want} CPU is less than server's spare {spare}")
+            })
         }))
     }
 }
@@ -73,10 +78,10 @@ mod tests {
     fn run(f: &Fixture, spare: &[f64]) -> (Outcome, Js) {
         let mut req = f.request();
         for (i, &cpu) in spare.iter().enumerate() {
-            req.state[i].unreserved = Some(Unreserved { cpu_pct: cpu, ram_mib: 0.0, disk_mib: 0.0 });
+            req.set_unreserved(i, Unreserved { cpu_pct: cpu, ram_mib: 0.0, disk_mib: 0.0 });
         }
         let out = run_on(&mut req, &HardFilterMinCpu);
-        (out, req.vm_cpu_cap)
+        (out, req.vm_cpu_cap().clone())
     }
 
     #[test]

@@ -9,9 +9,9 @@
 //! the original throws: image `files` that is not an array reads as no files, and a server
 //! without an `overprovision_ratios` object reads as having no ratio.
 
-use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
+use super::shared::min_resource::{Requirement, Resource};
 use super::shared::unreserved::{is_hvm_brand, MIB};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::{js_add, Js};
 
 /// Room left beyond the VM's needs, MiB, just in case.
@@ -20,35 +20,33 @@ const FUDGE_MIB: f64 = 10.0 * 1024.0;
 pub struct HardFilterMinDisk;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-min-disk", Kind::HardFilter, "Servers with enough unreserved disk");
+    Declaration::new("hard-filter-min-disk", Kind::HardFilter, "Servers with enough unreserved disk")
+        .reads(&[Data::Ratios, Data::Unreserved]);
 
-impl Plugin for HardFilterMinDisk {
+impl ServerFilter for HardFilterMinDisk {
+    type Prepared = Requirement;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Requirement>, PluginError> {
         if req.defaults.filter_min_resources.switched_off() {
-            reasons.skip("Do not filter out based on unreserved disk");
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::Skip("Do not filter out based on unreserved disk".into()));
         }
         let vm_quota = &req.vm.quota_gib;
         let pkg_quota = req.package.as_ref().map(|p| &p.package.quota_mib);
         if !vm_quota.truthy() && !pkg_quota.is_some_and(Js::truthy) {
-            reasons.skip("Vm and pkg have no quota");
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::Skip("Vm and pkg have no quota".into()));
         }
-        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_disk.truthy()) else {
-            return Ok(keep_without_ratio(req, servers, reasons, Resource::Disk));
-        };
-        let requested = requested_mib(req, &pkg.package.quota_mib, &pkg.overprovision_disk);
-        Ok(keep_with_spare(req, servers, reasons, Resource::Disk, &requested, |want, spare| {
+        let Some(pkg) = &req.package else { return Ok(PreFilter::PassAll) };
+        if !pkg.overprovision_disk.truthy() {
+            return Ok(PreFilter::Run(Requirement::NoRatio));
+        }
+        Ok(PreFilter::Run(Requirement::Spare(requested_mib(req, &pkg.package.quota_mib, &pkg.overprovision_disk))))
+    }
+    fn filter(&self, req: &Request<'_>, requirement: &Requirement, id: ServerId) -> Verdict {
+        Resource::Disk.verdict(req, id, requirement, |want, spare| {
             format!("VM's calculated {want} MiB disk is more than server's spare {spare} MiB")
-        }))
+        })
     }
 }
 
@@ -89,7 +87,7 @@ mod tests {
     fn run(f: &Fixture, spare: &[f64]) -> Outcome {
         let mut req = f.request();
         for (i, &disk) in spare.iter().enumerate() {
-            req.state[i].unreserved = Some(Unreserved { cpu_pct: 0.0, ram_mib: 0.0, disk_mib: disk });
+            req.set_unreserved(i, Unreserved { cpu_pct: 0.0, ram_mib: 0.0, disk_mib: disk });
         }
         run_on(&mut req, &HardFilterMinDisk)
     }

@@ -5,46 +5,38 @@
 //! The required value is printed as configured (a string stays a string); `null` counts as 0.
 
 use super::shared::unreserved::{MIB, POOL_USABLE_RATIO};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
-use crate::js::{fmt_num, js_max};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::js::{fmt_num, js_max, Js};
 
 pub struct HardFilterMinFreeDisk;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-min-free-disk", Kind::HardFilter, "Servers with enough free disk");
 
-impl Plugin for HardFilterMinFreeDisk {
+impl ServerFilter for HardFilterMinFreeDisk {
+    /// `minimum_free_disk` as configured.
+    type Prepared = Js;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        let required = &req.defaults.minimum_free_disk;
-        if required.is_undefined() {
-            reasons.skip("No minimum free disk set");
-            return Ok(servers.to_vec());
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Js>, PluginError> {
+        Ok(match &req.defaults.minimum_free_disk {
+            Js::Undefined => PreFilter::Skip("No minimum free disk set".into()),
+            required => PreFilter::Run(required.clone()),
+        })
+    }
+    fn filter(&self, req: &Request<'_>, required: &Js, id: ServerId) -> Verdict {
+        let s = req.server(id);
+        let free_bytes = s.disk_pool_size_bytes.num() * POOL_USABLE_RATIO - s.disk_pool_alloc_bytes.num();
+        let free = js_max(0.0, (free_bytes / MIB).ceil());
+        if free >= required.num() {
+            return Verdict::Keep;
         }
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            let s = req.server(id);
-            let free_bytes = s.disk_pool_size_bytes.num() * POOL_USABLE_RATIO - s.disk_pool_alloc_bytes.num();
-            let free = js_max(0.0, (free_bytes / MIB).ceil());
-            if free >= required.num() {
-                kept.push(id);
-            } else {
-                let msg = format!(
-                    "Server requires {}MB free disk, but only has {}MB",
-                    required.to_js_string(),
-                    fmt_num(free)
-                );
-                reasons.set(req.key(id), msg);
-            }
-        }
-        Ok(kept)
+        Verdict::fail(format!(
+            "Server requires {}MB free disk, but only has {}MB",
+            required.to_js_string(),
+            fmt_num(free)
+        ))
     }
 }
 

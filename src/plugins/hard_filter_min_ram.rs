@@ -7,40 +7,40 @@
 //! A server without an `overprovision_ratios` object (the original throws) reads as having no
 //! ratio.
 
-use super::shared::min_resource::{keep_with_spare, keep_without_ratio, Resource};
+use super::shared::min_resource::{Requirement, Resource};
 use super::shared::unreserved::is_hvm_brand;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::Js;
 
 pub struct HardFilterMinRam;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-min-ram", Kind::HardFilter, "Servers with enough unreserved RAM");
+    Declaration::new("hard-filter-min-ram", Kind::HardFilter, "Servers with enough unreserved RAM")
+        .reads(&[Data::Ratios, Data::Unreserved]);
 
-impl Plugin for HardFilterMinRam {
+impl ServerFilter for HardFilterMinRam {
+    type Prepared = Requirement;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Requirement>, PluginError> {
         if req.defaults.filter_min_resources.switched_off() {
-            reasons.skip("Do not filter out based on minimum free RAM");
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::Skip("Do not filter out based on minimum free RAM".into()));
         }
-        let Some(pkg) = req.package.as_ref().filter(|p| p.overprovision_ram.truthy()) else {
-            return Ok(keep_without_ratio(req, servers, reasons, Resource::Ram));
-        };
+        let Some(pkg) = &req.package else { return Ok(PreFilter::PassAll) };
+        if !pkg.overprovision_ram.truthy() {
+            return Ok(PreFilter::Run(Requirement::NoRatio));
+        }
         let ram = if req.vm.ram_mib.truthy() { &req.vm.ram_mib } else { &pkg.package.max_physical_memory_mib };
         // HVM RAM stays as given (even a string, which the comparison coerces).
         let requested =
             if is_hvm_brand(&req.vm.brand) { ram.clone() } else { Js::Num(ram.num() / pkg.overprovision_ram.num()) };
-        Ok(keep_with_spare(req, servers, reasons, Resource::Ram, &requested, |want, spare| {
+        Ok(PreFilter::Run(Requirement::Spare(requested)))
+    }
+    fn filter(&self, req: &Request<'_>, requirement: &Requirement, id: ServerId) -> Verdict {
+        Resource::Ram.verdict(req, id, requirement, |want, spare| {
             format!("VM's calculated {want} RAM is less than server's spare {spare}")
-        }))
+        })
     }
 }
 
@@ -63,7 +63,7 @@ mod tests {
     fn run(f: &Fixture, spare: &[f64], no_ram_ratio: bool) -> Outcome {
         let mut req = f.request();
         for (i, &ram) in spare.iter().enumerate() {
-            req.state[i].unreserved = Some(Unreserved { cpu_pct: 0.0, ram_mib: ram, disk_mib: 0.0 });
+            req.set_unreserved(i, Unreserved { cpu_pct: 0.0, ram_mib: ram, disk_mib: 0.0 });
         }
         if no_ram_ratio {
             if let Some(p) = req.package.as_mut() {

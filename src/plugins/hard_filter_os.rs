@@ -1,34 +1,29 @@
 //! `hard-filter-os`: LX VMs from `lxd` images need a Linux compute node; every other VM
 //! needs a SmartOS one (`sysinfo["System Type"]` other than `Linux`).
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterOs;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-os", Kind::HardFilter, "Servers which have the required OS");
 
-impl Plugin for HardFilterOs {
+impl ServerFilter for HardFilterOs {
+    /// Whether the VM needs a Linux server.
+    type Prepared = bool;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        let linux_required = req.vm.brand.as_str() == Some("lx") && req.image.image_type.as_str() == Some("lxd");
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            let linux = req.server(id).sysinfo().system_type.as_str() == Some("Linux");
-            match (linux_required, linux) {
-                (true, false) => reasons.set(req.key(id), "Server does not have \"linux\" OS"),
-                (false, true) => reasons.set(req.key(id), "Server does not have \"SunOS\" OS"),
-                _ => kept.push(id),
-            }
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<bool>, PluginError> {
+        Ok(PreFilter::Run(req.vm.brand.as_str() == Some("lx") && req.image.image_type.as_str() == Some("lxd")))
+    }
+    fn filter(&self, req: &Request<'_>, &linux_required: &bool, id: ServerId) -> Verdict {
+        let linux = req.server(id).sysinfo().system_type.as_str() == Some("Linux");
+        match (linux_required, linux) {
+            (true, false) => Verdict::fail("Server does not have \"linux\" OS"),
+            (false, true) => Verdict::fail("Server does not have \"SunOS\" OS"),
+            _ => Verdict::Keep,
         }
-        Ok(kept)
     }
 }
 

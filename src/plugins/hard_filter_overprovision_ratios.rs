@@ -7,7 +7,7 @@
 //! with unary plus first (`"1.5"` → `1.50`, `"abc"` → `NaN`). A server without an
 //! `overprovision_ratios` object (the original throws) reads as having no ratios.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{to_fixed2, Js};
 
 pub struct HardFilterOverprovisionRatios;
@@ -25,7 +25,8 @@ static DECLARATION: Declaration = Declaration::new(
     "hard-filter-overprovision-ratios",
     Kind::HardFilter,
     "Servers with same overprovision ratios as requested VM",
-);
+)
+.reads(&[Data::Ratios]);
 
 impl Plugin for HardFilterOverprovisionRatios {
     fn declaration(&self) -> &'static Declaration {

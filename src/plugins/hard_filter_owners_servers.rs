@@ -13,14 +13,18 @@
 
 use std::collections::HashMap;
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
 use crate::js::Js;
 
 pub struct HardFilterOwnersServers;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-owners-servers", Kind::HardFilter, "Filter CNs based on owner filters");
+    Declaration::new("hard-filter-owners-servers", Kind::HardFilter, "Filter CNs based on owner filters").reads(&[
+        Data::Ratios,
+        Data::TicketVms,
+        Data::Scores,
+    ]);
 
 impl Plugin for HardFilterOwnersServers {
     fn declaration(&self) -> &'static Declaration {
@@ -96,7 +100,7 @@ fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
         .map_err(|e| PluginError(format!("the JSON of server {} cannot be read: {e}", req.key(id))))?;
     let Js::Obj(obj) = &mut view else { return Ok(view) };
     let server = req.server(id);
-    let state = &req.state[id];
+    let state = req.state(id);
     // The allocator starts every server at score 0.
     obj.insert("score".into(), Js::Num(state.score));
     if let Some(ratios) = &state.ratios {
@@ -150,7 +154,7 @@ mod tests {
     fn run(f: &Fixture) -> crate::plugins::testing::Outcome {
         let mut req = f.request();
         for (id, ram) in [1024.0, 768.0, 2048.0].into_iter().enumerate() {
-            req.state[id].unreserved = Some(Unreserved { cpu_pct: 100.0, ram_mib: ram, disk_mib: 1.0 });
+            req.set_unreserved(id, Unreserved { cpu_pct: 100.0, ram_mib: ram, disk_mib: 1.0 });
         }
         run_on(&mut req, &HardFilterOwnersServers)
     }
@@ -228,7 +232,7 @@ mod tests {
             json!({ A: "server.score === 0 && server.overprovision_ratios && server.overprovision_ratios.cpu === 4" }),
         );
         let mut req = f.request();
-        req.state[1].ratios = Some(std::sync::Arc::new(Js::from_json(&json!({"cpu": 4, "ram": 1}))));
+        req.set_ratios(1, std::sync::Arc::new(Js::from_json(&json!({"cpu": 4, "ram": 1}))));
         let out = run_on(&mut req, &HardFilterOwnersServers);
         assert_eq!(out.remaining, [S1]);
         let out = run(&fixture(A, json!({ A: "server.unreserved_ram >= 1024 && server.reserved === false" })));

@@ -1,24 +1,19 @@
 //! `hard-filter-reserved`: keeps servers an operator has not reserved (falsy `reserved`).
 
-use super::retain;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterReserved;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-reserved", Kind::HardFilter, "Servers which are not reserved");
 
-impl Plugin for HardFilterReserved {
+impl ServerFilter for HardFilterReserved {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        _reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        Ok(retain(servers, |id| !req.server(id).reserved.truthy()))
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        Verdict::keep_if(!req.server(id).reserved.truthy())
     }
 }
 

@@ -2,25 +2,20 @@
 //! Production wraps it in `["or", "hard-filter-reservoir", "identity"]`, so reservoir
 //! servers are used only when nothing else is left.
 
-use super::retain;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterReservoir;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-reservoir", Kind::HardFilter, "Servers which are not in the reservoir");
 
-impl Plugin for HardFilterReservoir {
+impl ServerFilter for HardFilterReservoir {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        _reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        Ok(retain(servers, |id| !req.server(id).reservoir.truthy()))
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        Verdict::keep_if(!req.server(id).reservoir.truthy())
     }
 }
 

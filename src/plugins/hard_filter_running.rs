@@ -1,32 +1,24 @@
 //! `hard-filter-running`: keeps servers whose `status` is exactly `running`.
 
-use crate::engine::parallel::sift;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterRunning;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-running", Kind::HardFilter, "Servers which are currently running");
 
-impl Plugin for HardFilterRunning {
+impl ServerFilter for HardFilterRunning {
+    type Prepared = ();
+    const PARALLEL: bool = true;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        let req = &*req;
-        let (kept, removed) = sift(servers, |id| {
-            let status = &req.server(id).status;
-            (status.as_str() != Some("running")).then_some(status)
-        });
-        for (id, status) in removed {
-            reasons.set(req.key(id), format!("Server has status: {}", status.to_js_string()));
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        let status = &req.server(id).status;
+        match status.as_str() {
+            Some("running") => Verdict::Keep,
+            _ => Verdict::fail(format!("Server has status: {}", status.to_js_string())),
         }
-        Ok(kept)
     }
 }
 

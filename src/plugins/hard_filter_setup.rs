@@ -1,24 +1,19 @@
 //! `hard-filter-setup`: keeps servers that have been set up (truthy `setup`).
 
-use super::retain;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterSetup;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-setup", Kind::HardFilter, "Servers which have been setup");
 
-impl Plugin for HardFilterSetup {
+impl ServerFilter for HardFilterSetup {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        _reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        Ok(retain(servers, |id| req.server(id).setup.truthy()))
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        Verdict::keep_if(req.server(id).setup.truthy())
     }
 }
 

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::{strict_eq, Js, JsObject};
 
 pub struct HardFilterTraits;
@@ -20,16 +20,19 @@ pub struct HardFilterTraits;
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-traits", Kind::HardFilter, "Servers with correct traits");
 
-impl Plugin for HardFilterTraits {
+/// The traits requested (VM or package, merged with the image's) and their names.
+#[derive(Default)]
+pub struct Requested {
+    traits: Js,
+    names: Vec<String>,
+}
+
+impl ServerFilter for HardFilterTraits {
+    type Prepared = Requested;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Requested>, PluginError> {
         // Any truthy VM traits (even `{}`) hide the package's completely.
         let vm_traits = match (&req.vm.traits, &req.package) {
             (t, _) if t.truthy() => t,
@@ -38,44 +41,37 @@ impl Plugin for HardFilterTraits {
         };
         let requested = merge(vm_traits, &req.image.traits);
         let names = requested.as_deref().map(keys).unwrap_or_default();
-        let mut kept = Vec::with_capacity(servers.len());
+        let traits = requested.map_or(Js::Undefined, Cow::into_owned);
+        Ok(PreFilter::Run(Requested { traits, names }))
+    }
+    fn filter(&self, req: &Request<'_>, requested: &Requested, id: ServerId) -> Verdict {
+        let traits = &req.server(id).traits;
+        let names = &requested.names;
         if names.is_empty() {
-            for &id in servers {
-                let traits = &req.server(id).traits;
-                let traitless = matches!(traits, Js::Undefined | Js::Null) || keys(traits).is_empty();
-                if traitless {
-                    kept.push(id);
-                } else {
-                    reasons.set(
-                        req.key(id),
-                        format!("Combined vm/pkg/img require no traits but server has {}", traits.stringify()),
-                    );
-                }
+            let traitless = matches!(traits, Js::Undefined | Js::Null) || keys(traits).is_empty();
+            if traitless {
+                return Verdict::Keep;
             }
-            return Ok(kept);
+            return Verdict::fail(format!(
+                "Combined vm/pkg/img require no traits but server has {}",
+                traits.stringify()
+            ));
         }
-        let requested = requested.unwrap_or(Cow::Owned(Js::Undefined));
-        for &id in servers {
-            let traits = &req.server(id).traits;
-            if !traits.truthy() || keys(traits).len() != names.len() {
-                let msg = format!(
-                    "Combined vm/pkg/img traits require {} but server has {}",
-                    requested.stringify(),
-                    traits.stringify()
-                );
-                reasons.set(req.key(id), msg);
-                continue;
-            }
-            let failure = names.iter().find_map(|name| {
-                trait_mismatch(&property(traits, name), &property(&requested, name))
-                    .map(|why| format!("{name} comparison failed: {why}"))
-            });
-            match failure {
-                Some(msg) => reasons.set(req.key(id), msg),
-                None => kept.push(id),
-            }
+        if !traits.truthy() || keys(traits).len() != names.len() {
+            return Verdict::fail(format!(
+                "Combined vm/pkg/img traits require {} but server has {}",
+                requested.traits.stringify(),
+                traits.stringify()
+            ));
         }
-        Ok(kept)
+        let failure = names.iter().find_map(|name| {
+            trait_mismatch(&property(traits, name), &property(&requested.traits, name))
+                .map(|why| format!("{name} comparison failed: {why}"))
+        });
+        match failure {
+            Some(why) => Verdict::fail(why),
+            None => Verdict::Keep,
+        }
     }
 }
 

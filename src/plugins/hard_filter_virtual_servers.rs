@@ -2,37 +2,28 @@
 //! `triton.placement.exclude_virtual_servers`), removes servers whose sysinfo
 //! `System Type` is `Virtual`.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterVirtualServers;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-virtual-servers", Kind::HardFilter, "Servers which are not virtual servers");
 
-impl Plugin for HardFilterVirtualServers {
+impl ServerFilter for HardFilterVirtualServers {
+    type Prepared = ();
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<()>, PluginError> {
         let vm = req.vm;
         let active = vm.docker.truthy() || vm.tags.get("triton.placement.exclude_virtual_servers").truthy();
-        if !active {
-            return Ok(servers.to_vec());
+        Ok(if active { PreFilter::Run(()) } else { PreFilter::PassAll })
+    }
+    fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {
+        match req.server(id).sysinfo().system_type.as_str() {
+            Some("Virtual") => Verdict::fail("Server is a virtual server - excluding"),
+            _ => Verdict::Keep,
         }
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            if req.server(id).sysinfo().system_type.as_str() == Some("Virtual") {
-                reasons.set(req.key(id), "Server is a virtual server - excluding");
-            } else {
-                kept.push(id);
-            }
-        }
-        Ok(kept)
     }
 }
 

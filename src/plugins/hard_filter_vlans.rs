@@ -16,8 +16,7 @@
 
 use indexmap::IndexMap;
 
-use crate::engine::parallel::sift;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::Js;
 use crate::model::Shape;
 
@@ -26,27 +25,31 @@ pub struct HardFilterVlans;
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-vlans", Kind::HardFilter, "Servers supporting required NIC Tags");
 
-impl Plugin for HardFilterVlans {
+/// The NIC tag groups requested (one of each group must be on the server), and their keys.
+#[derive(Default)]
+pub struct Wanted {
+    groups: Vec<Vec<Js>>,
+    keys: Vec<Vec<String>>,
+}
+
+impl ServerFilter for HardFilterVlans {
+    type Prepared = Wanted;
+    const PARALLEL: bool = true;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Wanted>, PluginError> {
         let Some(groups) = requested_groups(&req.vm.nic_tag_requirements, &req.vm.nic_tags)? else {
-            reasons.skip("No NIC Tag requirements to filter on");
-            return Ok(servers.to_vec());
+            return Ok(PreFilter::Skip("No NIC Tag requirements to filter on".into()));
         };
         let keys = tag_keys(&groups);
-        let req = &*req;
-        let (kept, removed) = sift(servers, |id| check_server(req, id, &groups, &keys));
-        for (id, why) in removed {
-            reasons.set(req.key(id), why);
+        Ok(PreFilter::Run(Wanted { groups, keys }))
+    }
+    fn filter(&self, req: &Request<'_>, wanted: &Wanted, id: ServerId) -> Verdict {
+        match check_server(req, id, &wanted.groups, &wanted.keys) {
+            None => Verdict::Keep,
+            Some(why) => Verdict::fail(why),
         }
-        Ok(kept)
     }
 }
 
@@ -160,6 +163,7 @@ fn entries<T: crate::model::EmptyValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Plugin, Reasons};
     use crate::plugins::testing::{server, with, Fixture};
     use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 //! too. (The step name says "more VMs than limit"; it is the original's, kept verbatim.)
 //! A server without a `vms` object (the original throws) reads as having no VMs.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 use crate::js::fmt_num;
 
 /// The default maximum number of VMs on one server.
@@ -12,30 +12,25 @@ const DEFAULT_VM_LIMIT: f64 = 224.0;
 pub struct HardFilterVmCount;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-vm-count", Kind::HardFilter, "Servers with more VMs than limit");
+    Declaration::new("hard-filter-vm-count", Kind::HardFilter, "Servers with more VMs than limit")
+        .reads(&[Data::TicketVms]);
 
-impl Plugin for HardFilterVmCount {
+impl ServerFilter for HardFilterVmCount {
+    /// The limit in force.
+    type Prepared = f64;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<f64>, PluginError> {
         let configured = req.defaults.filter_vm_limit.num();
-        let limit = if configured == 0.0 || configured.is_nan() { DEFAULT_VM_LIMIT } else { configured };
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            let count = req.vm_count(id);
-            if (count as f64) < limit {
-                kept.push(id);
-            } else {
-                reasons.set(req.key(id), format!("Server has {count} VMs (limit is {})", fmt_num(limit)));
-            }
+        Ok(PreFilter::Run(if configured == 0.0 || configured.is_nan() { DEFAULT_VM_LIMIT } else { configured }))
+    }
+    fn filter(&self, req: &Request<'_>, &limit: &f64, id: ServerId) -> Verdict {
+        let count = req.vm_count(id);
+        if (count as f64) < limit {
+            return Verdict::Keep;
         }
-        Ok(kept)
+        Verdict::fail(format!("Server has {count} VMs (limit is {})", fmt_num(limit)))
     }
 }
 

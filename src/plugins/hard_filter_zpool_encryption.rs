@@ -2,35 +2,30 @@
 //! (`internal_metadata.encrypted`) needs an encrypted zpool; every other VM needs an
 //! unencrypted one.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
 
 pub struct HardFilterZpoolEncryption;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-zpool-encryption", Kind::HardFilter, "Servers which are zpool encrypted");
 
-impl Plugin for HardFilterZpoolEncryption {
+impl ServerFilter for HardFilterZpoolEncryption {
+    /// Whether the VM wants an encrypted pool.
+    type Prepared = bool;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn run(
-        &self,
-        req: &mut Request<'_>,
-        servers: &[ServerId],
-        reasons: &mut Reasons,
-    ) -> Result<Vec<ServerId>, PluginError> {
-        let wanted = req.vm.internal_metadata.get("encrypted").truthy();
-        let mut kept = Vec::with_capacity(servers.len());
-        for &id in servers {
-            // JS Boolean(): the string "false" counts as encrypted.
-            let encrypted = req.server(id).sysinfo().zpool_encrypted.truthy();
-            match (wanted, encrypted) {
-                (true, false) => reasons.set(req.key(id), "Server is not Zpool Encrypted"),
-                (false, true) => reasons.set(req.key(id), "Server is Zpool Encrypted"),
-                _ => kept.push(id),
-            }
+    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<bool>, PluginError> {
+        Ok(PreFilter::Run(req.vm.internal_metadata.get("encrypted").truthy()))
+    }
+    fn filter(&self, req: &Request<'_>, &wanted: &bool, id: ServerId) -> Verdict {
+        // JS Boolean(): the string "false" counts as encrypted.
+        let encrypted = req.server(id).sysinfo().zpool_encrypted.truthy();
+        match (wanted, encrypted) {
+            (true, false) => Verdict::fail("Server is not Zpool Encrypted"),
+            (false, true) => Verdict::fail("Server is Zpool Encrypted"),
+            _ => Verdict::Keep,
         }
-        Ok(kept)
     }
 }
 

@@ -2,13 +2,14 @@
 //! ratios with the configured ones (`overprovision_ratio_cpu/ram/disk`, default 4/1/1), so
 //! that ratios sent by callers cannot skew capacity.
 
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{Js, JsObject};
 
 pub struct OverrideOverprovisioning;
 
 static DECLARATION: Declaration =
-    Declaration::new("override-overprovisioning", Kind::Transform, "Force overprovisioning to fixed values");
+    Declaration::new("override-overprovisioning", Kind::Transform, "Force overprovisioning to fixed values")
+        .writes(&[Data::Ratios]);
 
 impl Plugin for OverrideOverprovisioning {
     fn declaration(&self) -> &'static Declaration {
@@ -43,7 +44,7 @@ impl Plugin for OverrideOverprovisioning {
             [("cpu", cpu), ("ram", ram), ("disk", disk)].into_iter().map(|(k, v)| (k.into(), Js::Num(v))).collect();
         let ratios = std::sync::Arc::new(Js::obj(ratios));
         for &id in servers {
-            req.state[id].ratios = Some(ratios.clone());
+            req.set_ratios(id, ratios.clone());
         }
         if let Some(pkg) = req.package.as_mut() {
             pkg.overprovision_cpu = Js::Num(cpu);

@@ -14,14 +14,15 @@ use crate::js::date::parse_js_date;
 use std::collections::HashMap;
 
 use crate::engine::parallel::map_parts;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::fxhash::FxBuild;
 use crate::js::Js;
 
 pub struct ScoreCurrentPlatform;
 
 static DECLARATION: Declaration =
-    Declaration::new("score-current-platform", Kind::Scorer, "Score servers running newer platforms more highly");
+    Declaration::new("score-current-platform", Kind::Scorer, "Score servers running newer platforms more highly")
+        .writes(&[Data::Scores]);
 
 impl Plugin for ScoreCurrentPlatform {
     fn declaration(&self) -> &'static Declaration {
@@ -104,7 +105,7 @@ mod tests {
 
     fn run(f: &Fixture) -> Outcome {
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         run_on(&mut req, &ScoreCurrentPlatform)
     }
 

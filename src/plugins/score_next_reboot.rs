@@ -15,7 +15,7 @@
 
 use super::shared::scoring::linear_buckets;
 use crate::engine::parallel::map_servers;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::date::{parse_js_date, to_iso_string, WEEK_MS};
 use crate::js::sort::js_sort_by;
 use std::borrow::Cow;
@@ -28,7 +28,8 @@ pub struct ScoreNextReboot;
 const EPOCH_ISO: &str = "1970-01-01T00:00:00.000Z";
 
 static DECLARATION: Declaration =
-    Declaration::new("score-next-reboot", Kind::Scorer, "Score servers that will not be rebooted soon more highly");
+    Declaration::new("score-next-reboot", Kind::Scorer, "Score servers that will not be rebooted soon more highly")
+        .writes(&[Data::Scores]);
 
 impl Plugin for ScoreNextReboot {
     fn declaration(&self) -> &'static Declaration {
@@ -197,7 +198,7 @@ mod tests {
 
     fn run(f: &Fixture) -> Outcome {
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         run_on(&mut req, &ScoreNextReboot)
     }
 

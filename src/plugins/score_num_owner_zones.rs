@@ -9,7 +9,7 @@
 use indexmap::IndexMap;
 
 use super::shared::scoring::{self, linear};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::sort::js_sort_by_scaled;
 
 pub struct ScoreNumOwnerZones;
@@ -18,7 +18,9 @@ static DECLARATION: Declaration = Declaration::new(
     "score-num-owner-zones",
     Kind::Scorer,
     "Score servers based on number of zones belonging to owner",
-);
+)
+.reads(&[Data::TicketVms])
+.writes(&[Data::Scores]);
 
 impl Plugin for ScoreNumOwnerZones {
     fn declaration(&self) -> &'static Declaration {
@@ -89,7 +91,7 @@ mod tests {
 
     fn run(f: &Fixture) -> Outcome {
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         run_on(&mut req, &ScoreNumOwnerZones)
     }
 
@@ -174,8 +176,8 @@ mod tests {
             owner_uuid: crate::js::Js::str(OWNER),
             ..Default::default()
         });
-        req.state[1].ticket_vms.push(("t1".into(), vm.clone()));
-        req.state[1].ticket_vms.push(("t2".into(), vm));
+        req.add_ticket_vm(1, "t1", vm.clone(), &[], 0.0);
+        req.add_ticket_vm(1, "t2", vm, &[], 0.0);
         let out = run_on(&mut req, &ScoreNumOwnerZones);
         assert_eq!(out.reason("a"), Some("increased score by 1.00 to 1.00; 1 owner zones found"));
         assert_eq!(out.reason("b"), Some("increased score by 0.00 to 0.00; 2 owner zones found"));

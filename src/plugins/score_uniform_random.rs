@@ -9,12 +9,12 @@
 use rand::Rng;
 
 use super::shared::scoring::{self, linear};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct ScoreUniformRandom;
 
 static DECLARATION: Declaration =
-    Declaration::new("score-uniform-random", Kind::Scorer, "Increase server scores randomly");
+    Declaration::new("score-uniform-random", Kind::Scorer, "Increase server scores randomly").writes(&[Data::Scores]);
 
 impl Plugin for ScoreUniformRandom {
     fn declaration(&self) -> &'static Declaration {
@@ -60,7 +60,7 @@ mod tests {
     fn run(f: &Fixture, seed: u64) -> Outcome {
         let mut req = f.request();
         req.rng = StdRng::seed_from_u64(seed);
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         run_on(&mut req, &ScoreUniformRandom)
     }
 

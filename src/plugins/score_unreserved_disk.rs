@@ -7,12 +7,14 @@
 
 use super::score_unreserved_ram::score_by_unreserved;
 use super::shared::scoring;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct ScoreUnreservedDisk;
 
 static DECLARATION: Declaration =
-    Declaration::new("score-unreserved-disk", Kind::Scorer, "Score servers based on unreserved disk");
+    Declaration::new("score-unreserved-disk", Kind::Scorer, "Score servers based on unreserved disk")
+        .reads(&[Data::Unreserved])
+        .writes(&[Data::Scores]);
 
 impl Plugin for ScoreUnreservedDisk {
     fn declaration(&self) -> &'static Declaration {
@@ -55,7 +57,7 @@ mod tests {
     /// Runs with scores starting at 1 and the given unreserved disk values.
     fn run(f: &Fixture, disk: &[f64]) -> Outcome {
         let mut req = f.request();
-        for (state, &d) in req.state.iter_mut().zip(disk) {
+        for (state, &d) in req.states_mut().iter_mut().zip(disk) {
             state.score = 1.0;
             state.unreserved = Some(Unreserved { cpu_pct: 100.0, ram_mib: 1000.0, disk_mib: d });
         }

@@ -8,14 +8,16 @@
 //! (every difference with them is NaN, i.e. "equal" to the sort).
 
 use super::shared::scoring::{self, linear};
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Unreserved};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Unreserved};
 use crate::js::sort::js_sort_by_scaled;
 use crate::js::Js;
 
 pub struct ScoreUnreservedRam;
 
 static DECLARATION: Declaration =
-    Declaration::new("score-unreserved-ram", Kind::Scorer, "Score servers based on unreserved RAM");
+    Declaration::new("score-unreserved-ram", Kind::Scorer, "Score servers based on unreserved RAM")
+        .reads(&[Data::Unreserved])
+        .writes(&[Data::Scores]);
 
 impl Plugin for ScoreUnreservedRam {
     fn declaration(&self) -> &'static Declaration {
@@ -55,7 +57,7 @@ pub(crate) fn score_by_unreserved(
     value: fn(&Unreserved) -> f64,
     reasons: &mut Reasons,
 ) -> Result<(), PluginError> {
-    let read = |id: ServerId| req.state[id].unreserved.as_ref().map_or(f64::NAN, value);
+    let read = |id: ServerId| req.state(id).unreserved.as_ref().map_or(f64::NAN, value);
     let mut order: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, read(id))).collect();
     js_sort_by_scaled(&mut order, |a| a.1, weight);
     let order: Vec<ServerId> = order.into_iter().map(|(id, _)| id).collect();
@@ -75,7 +77,7 @@ mod tests {
     /// Runs with scores starting at 1 and the given unreserved RAM values.
     fn run(f: &Fixture, ram: &[f64]) -> Outcome {
         let mut req = f.request();
-        for (state, &r) in req.state.iter_mut().zip(ram) {
+        for (state, &r) in req.states_mut().iter_mut().zip(ram) {
             state.score = 1.0;
             state.unreserved = Some(Unreserved { cpu_pct: 100.0, ram_mib: r, disk_mib: 1000.0 });
         }
@@ -162,8 +164,8 @@ mod tests {
         // CNAPI's default weight 2: the server with less unreserved RAM gets the +2.
         let f = Fixture::new(vec![server("big"), server("small")]);
         let mut req = f.request();
-        req.state[0].unreserved = Some(Unreserved { cpu_pct: 0.0, ram_mib: 111_411.0, disk_mib: 0.0 });
-        req.state[1].unreserved = Some(Unreserved { cpu_pct: 0.0, ram_mib: 55_705.0, disk_mib: 0.0 });
+        req.set_unreserved(0, Unreserved { cpu_pct: 0.0, ram_mib: 111_411.0, disk_mib: 0.0 });
+        req.set_unreserved(1, Unreserved { cpu_pct: 0.0, ram_mib: 55_705.0, disk_mib: 0.0 });
         let out = run_on(&mut req, &ScoreUnreservedRam);
         assert_eq!(out.reason("small"), Some("increased score by 2.00 to 2.00"));
         assert_eq!(out.reason("big"), Some("increased score by 0.00 to 0.00"));

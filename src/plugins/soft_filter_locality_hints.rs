@@ -13,12 +13,13 @@ use super::shared::locality::{
     filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag, IGNORED_NON_STRICT,
 };
 use crate::engine::parallel::sift;
-use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct SoftFilterLocalityHints;
 
 static DECLARATION: Declaration =
-    Declaration::new("soft-filter-locality-hints", Kind::SoftFilter, "Servers with requested soft locality considered");
+    Declaration::new("soft-filter-locality-hints", Kind::SoftFilter, "Servers with requested soft locality considered")
+        .reads(&[Data::Locality, Data::TicketVms]);
 
 impl Plugin for SoftFilterLocalityHints {
     fn declaration(&self) -> &'static Declaration {
@@ -34,7 +35,7 @@ impl Plugin for SoftFilterLocalityHints {
         if servers.is_empty() {
             return Ok(Vec::new());
         }
-        let locality = locality_object(&req.vm_locality)?;
+        let locality = locality_object(req.vm_locality())?;
         let strict = strict_flag(locality)?;
         let far = norm_near_far(locality.get("far"), "far")?;
         let near = norm_near_far(locality.get("near"), "near")?;

@@ -200,6 +200,6 @@ pub fn run_on(req: &mut Request<'_>, plugin: &dyn Plugin) -> Outcome {
         remaining: ids.iter().map(|&id| req.key(id).to_string()).collect(),
         ids,
         reasons,
-        state: req.state.clone(),
+        state: req.states().to_vec(),
     }
 }

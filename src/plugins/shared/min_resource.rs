@@ -2,7 +2,7 @@
 //! package ratio for the resource, compare the request with each server's unreserved amount;
 //! without one, refuse servers that overprovision the resource (unless there is no package).
 
-use crate::engine::{Reasons, Request, ServerId};
+use crate::engine::{Request, ServerId, Verdict};
 use crate::js::{js_ge, Js};
 
 /// One of the three resources `calculate-server-unreserved` accounts for.
@@ -43,52 +43,46 @@ impl Resource {
     }
 }
 
-/// Keeps the servers whose unreserved amount is at least `requested` (a JS comparison);
-/// the others get `message(requested, spare)`, both as JS prints them.
-pub fn keep_with_spare(
-    req: &Request<'_>,
-    servers: &[ServerId],
-    reasons: &mut Reasons,
-    resource: Resource,
-    requested: &Js,
-    message: impl Fn(&str, &str) -> String,
-) -> Vec<ServerId> {
-    let mut kept = Vec::with_capacity(servers.len());
-    for &id in servers {
-        let spare = resource.spare(req, id);
-        if js_ge(&spare, requested) {
-            kept.push(id);
-        } else {
-            reasons.set(req.key(id), message(&requested.to_js_string(), &spare.to_js_string()));
-        }
-    }
-    kept
+/// What a minimum-resource filter checks, worked out once per run.
+#[derive(Debug, Default)]
+pub enum Requirement {
+    /// The package gave no ratio for the resource: servers with a (truthy) ratio of their
+    /// own are refused.
+    #[default]
+    NoRatio,
+    /// At least this much unreserved (a JS comparison).
+    Spare(Js),
 }
 
-/// The package gave no ratio for the resource: servers with a (truthy) ratio of their own are
-/// refused, unless there is no package at all.
-pub fn keep_without_ratio(
-    req: &Request<'_>,
-    servers: &[ServerId],
-    reasons: &mut Reasons,
-    resource: Resource,
-) -> Vec<ServerId> {
-    if req.package.is_none() {
-        return servers.to_vec();
-    }
-    let mut kept = Vec::with_capacity(servers.len());
-    for &id in servers {
-        let ratio = req.ratios(id).get(resource.ratio_key());
-        if ratio.truthy() {
-            let msg = format!(
-                "Package gave no {} overprovision ratio, but server has ratio {}",
-                resource.label(),
-                ratio.to_js_string()
-            );
-            reasons.set(req.key(id), msg);
-        } else {
-            kept.push(id);
+impl Resource {
+    /// Whether server `id` meets `requirement`; a shortfall is worded by
+    /// `message(requested, spare)`, both as JS prints them.
+    pub fn verdict(
+        self,
+        req: &Request<'_>,
+        id: ServerId,
+        requirement: &Requirement,
+        message: fn(&str, &str) -> String,
+    ) -> Verdict {
+        match requirement {
+            Requirement::NoRatio => {
+                let ratio = req.ratios(id).get(self.ratio_key());
+                if !ratio.truthy() {
+                    return Verdict::Keep;
+                }
+                Verdict::fail(format!(
+                    "Package gave no {} overprovision ratio, but server has ratio {}",
+                    self.label(),
+                    ratio.to_js_string()
+                ))
+            }
+            Requirement::Spare(requested) => {
+                let spare = self.spare(req, id);
+                if js_ge(&spare, requested) {
+                    return Verdict::Keep;
+                }
+                Verdict::fail(message(&requested.to_js_string(), &spare.to_js_string()))
+            }
         }
     }
-    kept
 }

@@ -2,7 +2,7 @@
 //! increments (`linear`, `linear_buckets`, `normalize`, `PIPELINE.md` §5), the deprecated
 //! spread setting (§5.5), and JS date parsing/formatting for the date-based scorers.
 //!
-//! Scores are plain doubles accumulated in `req.state[id].score`; the arithmetic below keeps
+//! Scores are plain doubles accumulated in `req.state(id).score`; the arithmetic below keeps
 //! the original's evaluation order so that results match to the last bit (e.g.
 //! `3.9999999999999996`). Every increment writes `increased score by X.XX to Y.YY` under the
 //! server's key. The original asserts that scores are numbers before adding to them; a NaN
@@ -48,15 +48,15 @@ pub fn weight_or_spread(
 
 /// Adds `delta` to the server's score and records the reason.
 fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons) {
-    let score = req.state[id].score + delta;
-    req.state[id].score = score;
+    let score = req.state(id).score + delta;
+    req.set_score(id, score);
     reasons.set(req.key(id), Msg::Score { delta, total: score });
 }
 
 /// The original's "score must be a number" assertion, as an internal error.
 fn check_scores(req: &Request<'_>, ids: impl IntoIterator<Item = ServerId>) -> Result<(), PluginError> {
     for id in ids {
-        if req.state[id].score.is_nan() {
+        if req.state(id).score.is_nan() {
             return Err(PluginError(format!("score of server {} is not a number", req.key(id))));
         }
     }
@@ -162,10 +162,10 @@ mod tests {
     fn linear_spreads_the_weight_by_position() {
         let f = fixture(3);
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear(&mut req, &[0, 1, 2], 2.0, &mut reasons).expect("scores");
-        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 2.0, 1.0]);
+        assert_eq!(req.states().iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 2.0, 1.0]);
         assert_eq!(
             reasons_of(&reasons),
             [
@@ -176,10 +176,10 @@ mod tests {
         );
 
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear(&mut req, &[2, 0, 1], 3.0, &mut reasons).expect("scores");
-        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [2.5, 1.0, 4.0]);
+        assert_eq!(req.states().iter().map(|s| s.score).collect::<Vec<_>>(), [2.5, 1.0, 4.0]);
         assert_eq!(reasons.get("s0"), Some("increased score by 1.50 to 2.50"));
         // Reasons follow the scoring order.
         assert_eq!(reasons.iter().next().map(|(k, _)| k), Some("s2"));
@@ -189,10 +189,10 @@ mod tests {
     fn linear_edge_sizes() {
         let f = fixture(2);
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear(&mut req, &[0, 1], 2.0, &mut reasons).expect("scores");
-        assert_eq!((req.state[0].score, req.state[1].score), (3.0, 1.0));
+        assert_eq!((req.state(0).score, req.state(1).score), (3.0, 1.0));
 
         let mut req = f.request();
         let mut reasons = Reasons::default();
@@ -218,7 +218,7 @@ mod tests {
     fn linear_refuses_a_nan_score_among_several() {
         let f = fixture(2);
         let mut req = f.request();
-        req.state[1].score = f64::NAN;
+        req.set_score(1, f64::NAN);
         let mut reasons = Reasons::default();
         assert!(linear(&mut req, &[0, 1], 1.0, &mut reasons).is_err());
     }
@@ -227,20 +227,20 @@ mod tests {
     fn linear_buckets_share_an_increment_per_bucket() {
         let f = fixture(6);
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         let flat = linear_buckets(&mut req, &[vec![0, 1], vec![2, 3], vec![4, 5]], 2.0, &mut reasons).expect("ok");
         assert_eq!(flat, [0, 1, 2, 3, 4, 5]);
-        assert_eq!(req.state.iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]);
+        assert_eq!(req.states().iter().map(|s| s.score).collect::<Vec<_>>(), [3.0, 3.0, 2.0, 2.0, 1.0, 1.0]);
 
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear_buckets(&mut req, &[vec![0], vec![1], vec![2]], 3.0, &mut reasons).expect("ok");
-        assert_eq!(req.state.iter().take(3).map(|s| s.score).collect::<Vec<_>>(), [4.0, 2.5, 1.0]);
+        assert_eq!(req.states().iter().take(3).map(|s| s.score).collect::<Vec<_>>(), [4.0, 2.5, 1.0]);
 
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear_buckets(&mut req, &[vec![3], vec![4]], 2.0, &mut reasons).expect("ok");
         assert_eq!(
@@ -253,7 +253,7 @@ mod tests {
     fn linear_buckets_single_and_empty() {
         let f = fixture(2);
         let mut req = f.request();
-        req.state.iter_mut().for_each(|s| s.score = 1.0);
+        req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
         let mut reasons = Reasons::default();
         linear_buckets(&mut req, &[vec![0, 1]], 2.0, &mut reasons).expect("ok");
         assert_eq!(
@@ -271,11 +271,11 @@ mod tests {
         let f = fixture(3);
         let run = |raws: &[f64], weight: f64| {
             let mut req = f.request();
-            req.state.iter_mut().for_each(|s| s.score = 1.0);
+            req.states_mut().iter_mut().for_each(|s| s.score = 1.0);
             let tuples: Vec<_> = raws.iter().copied().enumerate().collect();
             let mut reasons = Reasons::default();
             normalize(&mut req, &tuples, weight, &mut reasons).expect("ok");
-            (req.state.iter().take(raws.len()).map(|s| s.score).collect::<Vec<_>>(), reasons_of(&reasons))
+            (req.states().iter().take(raws.len()).map(|s| s.score).collect::<Vec<_>>(), reasons_of(&reasons))
         };
         assert_eq!(run(&[10.0, 10.0, -5.0], 2.0).0, [3.0, 3.0, 1.0]);
         assert_eq!(run(&[10.0, 10.0, -5.0], -2.0).0, [1.0, 1.0, 3.0]);

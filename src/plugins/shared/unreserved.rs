@@ -153,7 +153,7 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
         }
         _ => server.inline_vm_count(),
     };
-    let ticketed = req.state[id].ticket_vms.iter().map(|(_, vm)| vm);
+    let ticketed = req.state(id).ticket_vms.iter().map(|(_, vm)| vm);
     for vm in (0..inline).map(|i| server.inline_vm_at(i)).chain(ticketed) {
         let load = vm.load();
         // Only `kvm` gets the disk allowance; bhyve zvols live inside the zone quota.
@@ -172,7 +172,7 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
 
     // The original returns before flooring when `vms` is falsy yet enumerable (0, false, "").
     let unfloored = matches!(&server.vms, Shape::Other(v) if !v.truthy() && !matches!(v, Js::Null))
-        && req.state[id].ticket_vms.is_empty();
+        && req.state(id).ticket_vms.is_empty();
     if !unfloored {
         cpu = cpu.floor();
         ram = ram.floor();
@@ -185,7 +185,7 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
 /// pool's actual free space.
 fn disk_mib(req: &Request<'_>, id: ServerId, ratios: &Js, kvms: f64) -> f64 {
     let s = req.server(id);
-    let state = &req.state[id];
+    let state = req.state(id);
     let usable = s.disk_pool_size_bytes.num() * POOL_USABLE_RATIO;
     let mut unreserved = usable
         - s.disk_system_used_bytes.num()
