@@ -113,15 +113,18 @@ impl Expr {
         }
     }
 
-    /// Plugins that read a part of the working set before anything writes it: either a
-    /// plugin later in the chain writes it (the order is wrong), or nothing does and the
-    /// data has no meaning unwritten. One message per such read, naming the plugins.
+    /// Plugins that read a part of the working set that has no meaning unwritten before
+    /// anything writes it: either a plugin later in the chain writes it (the order is
+    /// wrong), or nothing does. One message per such read, naming the plugins.
     pub fn data_flow_warnings(&self) -> Vec<String> {
         let plugins = self.plugins();
         let mut warnings = Vec::new();
         for (i, plugin) in plugins.iter().enumerate() {
             let declaration = plugin.declaration();
-            for &data in declaration.reads {
+            // Data with a meaningful value before it is written (the server's own ratios, a
+            // score of 0, the VM's own cpu_cap) may be read early on purpose, as CNAPI's own
+            // chain does.
+            for &data in declaration.reads.iter().filter(|d| d.needs_writer()) {
                 let writes = |p: &Arc<dyn Plugin>| p.declaration().writes.contains(&data);
                 if plugins[..i].iter().any(|p| writes(p)) {
                     continue;
@@ -134,12 +137,11 @@ impl Expr {
                         writer.name(),
                         writer.name()
                     )),
-                    None if data.needs_writer() => warnings.push(format!(
+                    None => warnings.push(format!(
                         "{} reads {}, which no plugin before it writes",
                         declaration.name,
                         describe(data)
                     )),
-                    None => {}
                 }
             }
         }
@@ -188,8 +190,7 @@ fn parse(desc: &Value, registry: &Registry) -> Result<Expr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::plugin::{Declaration, Kind};
-    use crate::engine::testing::{registry, stub_request, Stub};
+    use crate::engine::testing::{registry, stub_request};
     use serde_json::json;
 
     fn err(desc: Value) -> String {
@@ -265,6 +266,8 @@ mod tests {
     #[cfg(debug_assertions)]
     #[should_panic(expected = "plugin contract broken")]
     fn a_scorer_that_drops_servers_is_caught_in_debug_builds() {
+        use crate::engine::plugin::{Declaration, Kind};
+        use crate::engine::testing::Stub;
         static BAD: Declaration = Declaration::new("bad-scorer", Kind::Scorer, "Bad");
         let mut registry = registry();
         registry.register(std::sync::Arc::new(Stub::new(&BAD, |s| s[1..].to_vec()))).expect("new name");
