@@ -64,17 +64,22 @@ impl From<FullVm> for ServerVm<'_> {
     }
 }
 
+impl PlainVm<'_> {
+    /// Every field absent (reading `undefined`).
+    pub const EMPTY: PlainVm<'static> = PlainVm {
+        uuid: None,
+        owner_uuid: "",
+        brand: None,
+        state: "",
+        alias: None,
+        max_physical_memory_mib: f64::NAN,
+        quota_gib: f64::NAN,
+        cpu_cap_pct: f64::NAN,
+    };
+}
+
 /// What a missing or non-object VM entry reads as: every field `undefined`.
-pub static EMPTY_VM: ServerVm<'static> = ServerVm::Plain(PlainVm {
-    uuid: None,
-    owner_uuid: "",
-    brand: None,
-    state: "",
-    alias: None,
-    max_physical_memory_mib: f64::NAN,
-    quota_gib: f64::NAN,
-    cpu_cap_pct: f64::NAN,
-});
+pub static EMPTY_VM: ServerVm<'static> = ServerVm::Plain(PlainVm::EMPTY);
 
 macro_rules! accessors {
     ($($(#[$doc:meta])* $name:ident: $plain:expr;)*) => {$(

@@ -352,16 +352,7 @@ const FAST_VM_KEYS: [&str; 11] = [
 /// serde_json reports) gives up, and serde_json reads the VM.
 fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
     c.eat(b'{');
-    let mut vm = PlainVm {
-        uuid: None,
-        owner_uuid: "",
-        brand: None,
-        state: "",
-        alias: None,
-        max_physical_memory_mib: f64::NAN,
-        quota_gib: f64::NAN,
-        cpu_cap_pct: f64::NAN,
-    };
+    let mut vm = PlainVm::EMPTY;
     let mut seen = 0u16;
     if !c.eat(b'}') {
         loop {
