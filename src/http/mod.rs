@@ -160,6 +160,10 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
         Some(Outcome::Capacity { servers }) => {
             tracing::info!(req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, "request")
         }
+        // Shedding load (503) is normal operation: a warning, not an error.
+        Some(Outcome::Failed(error)) if status == 503 => tracing::warn!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+        ),
         Some(Outcome::Failed(error)) if status >= 500 => tracing::error!(
             req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
         ),
