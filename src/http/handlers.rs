@@ -336,7 +336,10 @@ pub async fn openapi_json() -> Response {
 /// Prometheus metrics.
 #[utoipa::path(get, tag = "dapi", path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let mut response = (StatusCode::OK, app.metrics.render()).into_response();
+    let mut text = app.metrics.render();
+    app.conns.render(&mut text);
+    app.drains.render(&mut text);
+    let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     response
 }
