@@ -56,6 +56,29 @@ pub struct Limits {
     pub max_concurrent_allocations: usize,
     /// Longest an allocation may take before the request fails with 503.
     pub request_timeout_ms: u64,
+    /// A request's headers must arrive within this, counted from the connection's opening
+    /// or, on a kept-alive connection, from the first byte of the next request; past it the
+    /// connection is closed.
+    pub header_timeout_ms: u64,
+    /// A kept-alive connection with no request for this long is closed.
+    pub idle_timeout_ms: u64,
+    /// A body must arrive within this plus one second per `min_body_bytes_per_sec` bytes
+    /// received (and within `request_timeout_ms`), or the request is answered 408 and its
+    /// permit freed: a client trickling its body cannot hold a permit for long.
+    pub body_timeout_ms: u64,
+    /// The upload rate that earns a body more time (see `body_timeout_ms`).
+    pub min_body_bytes_per_sec: u64,
+    /// After an early answer (503, 413, 401...), up to this many bytes of the unread body
+    /// are read and thrown away (same time rule as a body), so that a client that writes
+    /// its whole body before reading gets to read the answer. 0 turns draining off.
+    pub drain_max_bytes: usize,
+    /// Connections served at once; past it (and past `health_connections`) new ones wait
+    /// in the listen queue. Read at start-up, and lowered to fit the descriptor limit.
+    pub max_connections: usize,
+    /// Connections accepted beyond `max_connections` that serve only `/ping`, `/metrics`
+    /// and `/openapi.json` (anything else gets 503), one request each, so that health
+    /// checks still get in when every ordinary connection is taken.
+    pub health_connections: usize,
 }
 
 impl Default for Limits {
@@ -67,7 +90,33 @@ impl Default for Limits {
             max_vms_per_server: 10_000,
             max_concurrent_allocations: cores.max(2) * 2,
             request_timeout_ms: 30_000,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            body_timeout_ms: 5_000,
+            min_body_bytes_per_sec: 1024 * 1024,
+            drain_max_bytes: 256 * 1024 * 1024,
+            max_connections: 1024,
+            health_connections: 16,
         }
+    }
+}
+
+impl Limits {
+    /// The connection and upload limits must all be at least 1 (`drain_max_bytes` and
+    /// `health_connections` may be 0: no draining, no reserve).
+    fn check_connection_limits(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("header_timeout_ms", self.header_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            ("body_timeout_ms", self.body_timeout_ms),
+            ("min_body_bytes_per_sec", self.min_body_bytes_per_sec),
+            ("max_connections", self.max_connections as u64),
+        ] {
+            if value == 0 {
+                return Err(format!("config: limits.{name} must be at least 1"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -136,6 +185,7 @@ impl ServiceConfig {
         if l.request_timeout_ms == 0 {
             return Err("config: limits.request_timeout_ms must be at least 1".into());
         }
+        l.check_connection_limits()?;
         Ok(())
     }
 

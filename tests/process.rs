@@ -181,3 +181,41 @@ fn sighup_reloads_a_valid_config_and_keeps_the_old_one_otherwise() {
     assert_eq!(server.get("/ping").json()["config"], reloaded["config"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn overload_is_a_warning_and_a_hang_up_is_not_a_bad_request() {
+    let dir = tmp_dir("overload-log");
+    let path = dir.join("c.json");
+    std::fs::write(&path, r#"{"limits": {"max_concurrent_allocations": 1}}"#).expect("write");
+    let server = Server::start(Some(&path));
+    // Holds the only permit with a body that never comes.
+    let mut held = TcpStream::connect(server.addr).expect("connect");
+    write!(
+        held,
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{"
+    )
+    .expect("head");
+    held.flush().expect("flush");
+    std::thread::sleep(Duration::from_millis(300));
+
+    let body = serde_json::to_vec(&common::example_request()).expect("body");
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    write!(
+        s,
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .expect("head");
+    s.write_all(&body).expect("body");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("answer");
+    assert_eq!(common::parse_reply(&raw).status, 503);
+    let line = server.log("request");
+    assert_eq!((line["status"].as_u64(), line["level"].as_u64()), (Some(503), Some(40)), "{line}");
+
+    drop(held);
+    let line = server.log("request");
+    assert_eq!((line["status"].as_u64(), line["level"].as_u64()), (Some(499), Some(30)), "{line}");
+    assert!(line["error"].as_str().is_some_and(|e| e.starts_with("ClientClosedRequest")), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -19,6 +19,12 @@ pub enum ApiError {
     InvalidParameters(Vec<FieldError>),
     /// 503: too many allocations at once, or one ran out of time.
     Unavailable(String),
+    /// 408: the body arrived too slowly (see `limits.body_timeout_ms`); the connection is
+    /// closed after the answer.
+    BodyTimeout(String),
+    /// 499 (nginx's "client closed request"): the client hung up before its body was
+    /// whole. Nobody reads this answer; it is for the log and the metrics.
+    ClientClosed(String),
     /// 500: our fault.
     Internal(String),
     /// 401: the configured bearer token is missing or wrong.
@@ -30,6 +36,9 @@ pub enum ApiError {
     /// 405
     MethodNotAllowed(String),
 }
+
+/// The status of [`ApiError::ClientClosed`], as nginx logs it.
+pub const CLIENT_CLOSED: u16 = 499;
 
 #[derive(Serialize)]
 struct ErrorBody<'a> {
@@ -47,6 +56,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::InvalidParameters(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::ClientClosed(_) => StatusCode::from_u16(CLIENT_CLOSED).unwrap_or(StatusCode::BAD_REQUEST),
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::ConfigRejected(_) => StatusCode::CONFLICT,
@@ -62,6 +73,8 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::InvalidParameters(_) => "InvalidParameters",
             ApiError::Unavailable(_) => "ServiceUnavailable",
+            ApiError::BodyTimeout(_) => "RequestTimeout",
+            ApiError::ClientClosed(_) => "ClientClosedRequest",
             ApiError::Internal(_) => "InternalError",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::ConfigRejected(_) => "InvalidConfig",
@@ -78,6 +91,8 @@ impl ApiError {
             ApiError::Malformed(m)
             | ApiError::UnsupportedMediaType(m)
             | ApiError::Unavailable(m)
+            | ApiError::BodyTimeout(m)
+            | ApiError::ClientClosed(m)
             | ApiError::Internal(m)
             | ApiError::ConfigRejected(m)
             | ApiError::NotFound(m)
@@ -104,6 +119,11 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            // A client this slow is not waited for again: the rest of its body is not
+            // drained, the connection closes after the answer.
+            ApiError::BodyTimeout(_) => {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
             _ => {}
         }

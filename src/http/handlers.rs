@@ -218,6 +218,7 @@ fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
         (status = 409, description = "No server fits", body = super::openapi::NoServersResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
         (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
@@ -259,6 +260,7 @@ pub async fn allocate(
         (status = 200, description = "Unreserved resources per server", body = super::openapi::CapacityResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
         (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
@@ -333,7 +335,10 @@ pub async fn openapi_json() -> Response {
 /// Prometheus metrics.
 #[utoipa::path(get, tag = "dapi", path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let mut response = (StatusCode::OK, app.metrics.render()).into_response();
+    let mut text = app.metrics.render();
+    app.conns.render(&mut text);
+    app.drains.render(&mut text);
+    let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     response
 }

@@ -11,9 +11,11 @@ use std::time::Duration;
 use axum::body::{Body, HttpBody};
 use axum::http::{header, HeaderMap};
 use tokio::sync::OwnedSemaphorePermit;
+use tokio::time::Instant;
 
 use super::errors::ApiError;
 use super::AppState;
+use crate::config::Limits;
 use crate::engine::Engine;
 use crate::wire::Arriving;
 
@@ -38,19 +40,74 @@ fn declared_length(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, A
     }
 }
 
+/// How long a body may take to arrive: `body_timeout_ms`, plus one second per
+/// `min_body_bytes_per_sec` bytes received so far (Apache's mod_reqtimeout rule). A client
+/// sending at a fair rate is never cut off; one trickling a few bytes at a time loses its
+/// permit after `body_timeout_ms`, not after the whole request timeout.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct UploadPace {
+    grace: Duration,
+    min_rate: u64,
+}
+
+impl UploadPace {
+    pub(super) fn of(limits: &Limits) -> UploadPace {
+        UploadPace {
+            grace: Duration::from_millis(limits.body_timeout_ms),
+            min_rate: limits.min_body_bytes_per_sec.max(1),
+        }
+    }
+
+    /// When a body that began arriving at `start` must have arrived, `bytes` in.
+    pub(super) fn deadline(&self, start: Instant, bytes: usize) -> Instant {
+        let earned = Duration::from_secs_f64(bytes as f64 / self.min_rate as f64);
+        start + self.grace + earned
+    }
+}
+
+/// Whether a body read failed because the client went away (hung up, reset) rather than
+/// because it sent something malformed.
+pub(super) fn client_went_away(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(io.kind(), UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe);
+        }
+        cause = e.source();
+    }
+    false
+}
+
 /// Reads the body frame by frame, handing each to `keep`, refusing more than `limit`
-/// bytes; its size and digest (each frame digested as it arrives, while the client is
-/// still sending).
+/// bytes or a body slower than `pace`; its size and digest (each frame digested as it
+/// arrives, while the client is still sending).
 async fn read_frames(
     body: Body,
     limit: usize,
+    pace: UploadPace,
     mut keep: impl FnMut(&[u8]) -> Result<(), ApiError>,
 ) -> Result<BodySeen, ApiError> {
     let mut digest = crate::config::Digest::default();
     let mut bytes = 0;
     let mut body = std::pin::pin!(body);
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let frame = frame.map_err(|e| ApiError::Malformed(format!("cannot read the request body: {e}")))?;
+    let start = Instant::now();
+    loop {
+        let next = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx));
+        let Ok(frame) = tokio::time::timeout_at(pace.deadline(start, bytes), next).await else {
+            return Err(ApiError::BodyTimeout(format!(
+                "the body arrived too slowly ({bytes} bytes in {} ms)",
+                start.elapsed().as_millis()
+            )));
+        };
+        let Some(frame) = frame else { break };
+        let frame = frame.map_err(|e| {
+            if client_went_away(&e) {
+                ApiError::ClientClosed(format!("the client went away before its body was whole: {e}"))
+            } else {
+                ApiError::Malformed(format!("cannot read the request body: {e}"))
+            }
+        })?;
         if let Ok(data) = frame.into_data() {
             if bytes + data.len() > limit {
                 return Err(ApiError::TooLarge(limit));
@@ -65,9 +122,14 @@ async fn read_frames(
 
 /// Reads the whole body into one buffer sized from `Content-Length`, so a large request is
 /// held once (collecting the frames first and then joining them would hold it twice).
-async fn read_body(declared: Option<usize>, body: Body, limit: usize) -> Result<(Vec<u8>, BodySeen), ApiError> {
+async fn read_body(
+    declared: Option<usize>,
+    body: Body,
+    limit: usize,
+    pace: UploadPace,
+) -> Result<(Vec<u8>, BodySeen), ApiError> {
     let mut buf = Vec::with_capacity(declared.unwrap_or(0));
-    let seen = read_frames(body, limit, |data| {
+    let seen = read_frames(body, limit, pace, |data| {
         buf.extend_from_slice(data);
         Ok(())
     })
@@ -169,6 +231,7 @@ pub(super) async fn run_limited<T: Send + 'static>(
     };
     let limits = app.limits();
     let timeout = Duration::from_millis(limits.request_timeout_ms);
+    let pace = UploadPace::of(&limits);
     let engine = app.engine();
     let mut seen = None;
     let run = async {
@@ -183,7 +246,7 @@ pub(super) async fn run_limited<T: Send + 'static>(
                 let task = tokio::task::spawn_blocking(move || work(engine, Received::Arriving(body_so_far), reply));
                 let too_long = || ApiError::Malformed("the body is longer than its Content-Length".into());
                 seen = Some(
-                    read_frames(body, limits.max_body_bytes, |data| {
+                    read_frames(body, limits.max_body_bytes, pace, |data| {
                         writer.push(data).then_some(()).ok_or_else(too_long)
                     })
                     .await?,
@@ -194,7 +257,7 @@ pub(super) async fn run_limited<T: Send + 'static>(
                 task
             }
             None => {
-                let (bytes, body_seen) = read_body(declared, body, limits.max_body_bytes).await?;
+                let (bytes, body_seen) = read_body(declared, body, limits.max_body_bytes, pace).await?;
                 seen = Some(body_seen);
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -223,6 +286,24 @@ mod tests {
     use super::*;
     use axum::http::StatusCode;
     use axum::response::IntoResponse;
+
+    #[test]
+    fn a_body_earns_time_at_the_minimum_rate() {
+        let pace = UploadPace { grace: Duration::from_secs(5), min_rate: 1000 };
+        let start = Instant::now();
+        assert_eq!(pace.deadline(start, 0), start + Duration::from_secs(5));
+        assert_eq!(pace.deadline(start, 3000), start + Duration::from_secs(8));
+    }
+
+    #[test]
+    fn a_hang_up_is_told_from_a_malformed_body() {
+        let gone = axum::Error::new(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
+        assert!(client_went_away(&gone));
+        let reset = axum::Error::new(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert!(client_went_away(&reset));
+        let bad_chunk = axum::Error::new(std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid chunk size"));
+        assert!(!client_went_away(&bad_chunk));
+    }
 
     #[tokio::test]
     async fn a_panic_inside_a_request_is_a_500_and_frees_its_permit() {

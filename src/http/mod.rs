@@ -5,6 +5,8 @@
 //! `POST /admin/reload` swaps in a new one atomically when the new config is valid. Every request is logged as one bunyan
 //! line and counted in the metrics.
 
+mod conn;
+mod drain;
 mod errors;
 mod handlers;
 mod intake;
@@ -58,6 +60,8 @@ pub struct AppState {
     /// order, rather than all computing at once and sharing the cores (and their caches).
     cpu_slots: Arc<Semaphore>,
     metrics: Metrics,
+    conns: conn::ConnStats,
+    drains: drain::DrainStats,
     started: Instant,
 }
 
@@ -72,6 +76,8 @@ impl AppState {
             permits,
             cpu_slots: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
             metrics: Metrics::default(),
+            conns: conn::ConnStats::default(),
+            drains: drain::DrainStats::default(),
             started: Instant::now(),
         })
     }
@@ -90,6 +96,11 @@ impl AppState {
 
     fn auth_token(&self) -> Option<String> {
         self.read().config.auth_token.clone()
+    }
+
+    /// Connections open now and accepted since start-up.
+    pub fn connections(&self) -> (u64, u64) {
+        (self.conns.open(), self.conns.accepted())
     }
 
     pub fn config_digest(&self) -> String {
@@ -160,6 +171,10 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
         Some(Outcome::Capacity { servers }) => {
             tracing::info!(req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, "request")
         }
+        // Shedding load (503) is normal operation: a warning, not an error.
+        Some(Outcome::Failed(error)) if status == 503 => tracing::warn!(
+            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+        ),
         Some(Outcome::Failed(error)) if status >= 500 => tracing::error!(
             req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
         ),
@@ -213,16 +228,22 @@ pub fn router(app: Arc<AppState>) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             axum::response::IntoResponse::into_response(ApiError::Internal("the request failed unexpectedly".into()))
         }))
+        .layer(middleware::from_fn(conn::health_only_gate))
+        // Outside every early answer (the gate, the token check, 404...), so that each
+        // has what is left of its body drained.
+        .layer(middleware::from_fn_with_state(app.clone(), drain::drain_leftover))
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
 }
 
 /// Serves until SIGTERM or SIGINT, then stops accepting and lets in-flight requests finish.
-/// SIGHUP reloads the config.
+/// SIGHUP reloads the config. Connections are capped and timed out as `limits` says
+/// (see [`conn`]).
 pub async fn serve(listener: TcpListener, app: Arc<AppState>) -> std::io::Result<()> {
     spawn_reload_on_sighup(app.clone());
     spawn_memory_release();
-    axum::serve(listener, router(app)).with_graceful_shutdown(shutdown_signal()).await
+    let router = router(app.clone());
+    conn::serve(listener, app, router, shutdown_signal()).await
 }
 
 async fn shutdown_signal() {
