@@ -12,10 +12,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::config::ServiceConfig;
+use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use crate::config::{Limits, ServiceConfig};
 use crate::engine::{Engine, StepsFormat};
-use crate::model::{parse_allocate_body, parse_capacity_body, BodyError};
-use crate::validate::{validate_allocate, validate_server_list};
 
 const USAGE: &str = "usage: dapi serve [--config FILE]
        dapi allocate [--config FILE] [--steps full|removed] REQUEST.json
@@ -63,7 +62,7 @@ struct Options {
     steps: Option<StepsFormat>,
 }
 
-type Command = fn(&Engine, &[u8], &Options) -> Result<Vec<u8>, Failure>;
+type Command = fn(&Engine, &Limits, &[u8], &Options) -> Result<Vec<u8>, Failure>;
 
 fn run(args: &[String], command: Command) -> Result<(), Failure> {
     let mut config_path = None;
@@ -86,39 +85,32 @@ fn run(args: &[String], command: Command) -> Result<(), Failure> {
         }
     }
     let input = input.ok_or_else(|| Failure::Usage(USAGE.into()))?;
-    let engine = ServiceConfig::from_process(config_path.map(String::as_str))
-        .and_then(|c| c.engine())
-        .map_err(Failure::Invalid)?;
+    let config = ServiceConfig::from_process(config_path.map(String::as_str)).map_err(Failure::Invalid)?;
+    let engine = config.engine().map_err(Failure::Invalid)?;
     let body = std::fs::read(input).map_err(|e| Failure::Invalid(format!("cannot read {input}: {e}")))?;
-    let mut out = command(&engine, &body, &options)?;
+    let mut out = command(&engine, &config.limits, &body, &options)?;
     out.push(b'\n');
     std::io::stdout().lock().write_all(&out).map_err(|e| Failure::Internal(e.to_string()))
 }
 
-fn body_error(e: BodyError) -> Failure {
+fn answer_error(e: AnswerError) -> Failure {
     match e {
-        BodyError::Malformed(msg) => Failure::Invalid(msg),
-        BodyError::Invalid(errors) => Failure::Invalid(
-            errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; "),
-        ),
+        AnswerError::Internal(msg) => Failure::Internal(msg),
+        e => Failure::Invalid(e.to_string()),
     }
 }
 
-fn allocate(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
-    let mut request = parse_allocate_body(body).map_err(body_error)?;
-    validate_allocate(&mut request).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
-    let allocation = engine.allocate(&request).map_err(|e| Failure::Internal(e.to_string()))?;
-    allocation.answer_json(&request, options.steps.unwrap_or_default()).map_err(|e| Failure::Internal(e.to_string()))
+fn allocate(engine: &Engine, limits: &Limits, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
+    // No fit prints {"server": null, "steps": [...]} (exit 0), not the service's 409 body.
+    let options = AnswerOptions { steps: options.steps.unwrap_or_default(), no_fit: NoFitBody::NullServer };
+    Ok(answer::allocate(engine, limits, body, options).map_err(answer_error)?.body)
 }
 
-fn capacity(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
+fn capacity(engine: &Engine, limits: &Limits, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
     if options.steps.is_some() {
         return Err(Failure::Usage(format!("--steps is an option of allocate only\n{USAGE}")));
     }
-    let (_, servers) = parse_capacity_body(body).map_err(body_error)?;
-    validate_server_list(&servers).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
-    let capacity = engine.capacity(&servers).map_err(|e| Failure::Internal(e.to_string()))?;
-    serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
+    Ok(answer::capacity(engine, limits, body).map_err(answer_error)?.body)
 }
 
 fn serve(args: &[String]) -> Result<(), Failure> {

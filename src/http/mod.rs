@@ -27,7 +27,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 pub use errors::ApiError;
-pub use handlers::failure_reason;
 
 use crate::config::{Limits, ServiceConfig};
 use crate::engine::Engine;
