@@ -10,6 +10,7 @@
 //! invalid input or config, 1 for an internal error.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
@@ -85,8 +86,9 @@ fn run(args: &[String], command: Command) -> Result<(), Failure> {
         }
     }
     let input = input.ok_or_else(|| Failure::Usage(USAGE.into()))?;
-    let config = ServiceConfig::from_process(config_path.map(String::as_str)).map_err(Failure::Invalid)?;
-    let engine = config.engine().map_err(Failure::Invalid)?;
+    let config =
+        ServiceConfig::from_process(config_path.map(Path::new)).map_err(|e| Failure::Invalid(e.to_string()))?;
+    let engine = config.engine().map_err(|e| Failure::Invalid(e.to_string()))?;
     let body = std::fs::read(input).map_err(|e| Failure::Invalid(format!("cannot read {input}: {e}")))?;
     let mut out = command(&engine, &config.limits, &body, &options)?;
     out.push(b'\n');
@@ -119,12 +121,13 @@ fn serve(args: &[String]) -> Result<(), Failure> {
         [flag, path] if flag == "--config" => Some(path.as_str()),
         _ => return Err(Failure::Usage(USAGE.into())),
     };
-    let config = ServiceConfig::from_process(config_path).map_err(Failure::Invalid)?;
+    let config =
+        ServiceConfig::from_process(config_path.map(Path::new)).map_err(|e| Failure::Invalid(e.to_string()))?;
     crate::http::logging::init(&config.log_level);
     let file = config_path.map(std::path::PathBuf::from).or_else(|| std::env::var_os("DAPI_CONFIG").map(Into::into));
     let listen = config.listen.clone();
     let digest = config.digest();
-    let app = crate::http::AppState::new(config, file).map_err(Failure::Invalid)?;
+    let app = crate::http::AppState::new(config, file).map_err(|e| Failure::Invalid(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -241,7 +241,7 @@ pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "config reload refused; keeping the running config");
-            ApiError::ConfigRejected(e).into_response()
+            ApiError::ConfigRejected(e.to_string()).into_response()
         }
         Err(join) => ApiError::Internal(format!("reload failed unexpectedly: {join}")).into_response(),
     }
