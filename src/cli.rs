@@ -131,8 +131,10 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct ConfigArg {
-    /// Config file (JSON) laid over the built-in config
-    #[arg(long, value_name = "FILE", env = "DAPI_CONFIG")]
+    /// Config file (JSON) laid over the built-in config [default: $DAPI_CONFIG, if set]
+    // DAPI_CONFIG is read with the other layers (ServiceConfig::from_process), where an
+    // empty value names no file; clap's `env` would refuse it.
+    #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
 }
 

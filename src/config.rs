@@ -209,7 +209,9 @@ impl ServiceConfig {
     /// then the process environment.
     pub fn from_process(file: Option<&Path>) -> Result<ServiceConfig, ConfigError> {
         let env: Vec<(String, String)> = std::env::vars().collect();
-        let from_env = env.iter().find(|(k, _)| k == "DAPI_CONFIG").map(|(_, v)| std::path::PathBuf::from(v));
+        // An empty DAPI_CONFIG names no file (as clap reads it for --config).
+        let from_env =
+            env.iter().find(|(k, v)| k == "DAPI_CONFIG" && !v.is_empty()).map(|(_, v)| std::path::PathBuf::from(v));
         ServiceConfig::load(file.or(from_env.as_deref()), env)
     }
 
