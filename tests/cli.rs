@@ -231,3 +231,38 @@ fn serve_listens_on_a_host_name() {
     let addr: std::net::SocketAddr = line["addr"].as_str().and_then(|a| a.parse().ok()).expect("an address");
     assert!(addr.ip().is_loopback(), "{addr}");
 }
+
+#[test]
+fn the_examples_answer_as_the_readme_says() {
+    let allocate = |config: Option<&str>, request: &str| {
+        let mut command = dapi();
+        command.arg("allocate");
+        if let Some(c) = config {
+            command.arg("--config").arg(example(c));
+        }
+        let (code, out, err) = run(command.arg(example(request)));
+        assert_eq!(code, 0, "{request}: {err}");
+        json(&out)
+    };
+    // With examples/config.json (score-uniform-random weighted 0) the answer repeats.
+    let first = allocate(Some("config.json"), "allocate.json");
+    assert_eq!(first["server"]["hostname"], "CN0002");
+    assert_eq!(first, allocate(Some("config.json"), "allocate.json"));
+
+    // Filters remove three of the four servers, each with its own step.
+    let filtered = allocate(None, "allocate-filtered.json");
+    assert_eq!(filtered["server"]["hostname"], "node-0001");
+    let left = |name: &str| {
+        let step = filtered["steps"].as_array().and_then(|s| s.iter().find(|s| s["step"] == name)).expect(name);
+        step["remaining"].as_array().map_or(0, Vec::len)
+    };
+    assert_eq!(left("Servers which are currently running"), 3);
+    assert_eq!(left("Servers which are not reserved"), 2);
+    assert_eq!(left("Servers with enough unreserved RAM"), 1);
+
+    let none = allocate(None, "allocate-no-fit.json");
+    assert_eq!(none["server"], Value::Null);
+    let last = none["steps"].as_array().and_then(|s| s.last()).expect("steps");
+    assert_eq!(last["step"], "Servers with enough unreserved RAM");
+    assert_eq!(last["remaining"], serde_json::json!([]));
+}

@@ -319,3 +319,17 @@ async fn keep_alive_post(stream: &mut tokio::net::TcpStream, body: &[u8]) -> com
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_no_fit_example_is_a_409_with_cnapis_reason() {
+    let s = start(&[]).await;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/allocate-no-fit.json");
+    let body: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("example")).expect("JSON");
+    let r = post_json(s.addr, "/allocate", &body).await;
+    assert_eq!(r.status, 409);
+    let answer = r.json();
+    assert_eq!(answer["code"], "NoAllocatableServersError");
+    assert_eq!(answer["message"], "No compute resources available: no servers with enough unreserved RAM");
+    assert!(answer.get("server").is_none());
+    assert!(answer["steps"].as_array().is_some_and(|s| s.len() > 20));
+}
