@@ -468,11 +468,15 @@ fn unknown(source: &Source, typed: &str, known: &[String]) -> ConfigError {
 }
 
 /// The known key closest to `typed` (ignoring case), when it is close enough to be the
-/// one meant: at most a third of its letters differ. For variables, a single `_` where
-/// `__` was meant (`DAPI_DEFAULTS_FILTER_HEADNODE`) is recognised too.
+/// one meant: at most a third of its letters differ. For variables, a default named with
+/// one `_` where `__` was meant (`DAPI_DEFAULTS_FILTER_HEADNODE`), or as `DEFAULT`, is
+/// recognised too.
 fn suggest(typed: &str, known: &[String]) -> Option<String> {
-    if let Some(rest) = typed.strip_prefix("DAPI_DEFAULTS_").filter(|r| !r.starts_with('_') && !r.is_empty()) {
-        return Some(format!("DAPI_DEFAULTS__{rest}"));
+    let upper = typed.to_ascii_uppercase();
+    for prefix in ["DAPI_DEFAULTS_", "DAPI_DEFAULT__", "DAPI_DEFAULT_"] {
+        if let Some(rest) = upper.strip_prefix(prefix).filter(|r| !r.is_empty() && !r.starts_with('_')) {
+            return Some(format!("DAPI_DEFAULTS__{rest}"));
+        }
     }
     let typed_lower = typed.to_lowercase();
     let (best, distance) =
@@ -778,6 +782,8 @@ mod tests {
         let err = load_env(&[("DAPI_LOGLEVEL", "debug")]).expect_err("typo");
         assert!(err.ends_with("did you mean DAPI_LOG_LEVEL?"), "{err}");
         let err = load_env(&[("DAPI_DEFAULTS_FILTER_HEADNODE", "false")]).expect_err("one underscore");
+        assert!(err.ends_with("did you mean DAPI_DEFAULTS__FILTER_HEADNODE?"), "{err}");
+        let err = load_env(&[("DAPI_DEFAULT__FILTER_HEADNODE", "false")]).expect_err("no S");
         assert!(err.ends_with("did you mean DAPI_DEFAULTS__FILTER_HEADNODE?"), "{err}");
         let err = load_env(&[("DAPI_COLOUR", "blue")]).expect_err("unknown");
         assert!(err.contains("the settings are DAPI_ALLOCATIONDESCRIPTION, DAPI_DEFAULTS, "), "{err}");
