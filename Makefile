@@ -1,43 +1,58 @@
-# dapi: common tasks. `make run` serves on the built-in config; `make test` runs every test.
+# dapi: common tasks; `make help` lists them. Every target runs on a fresh clone alone;
+# ../shared (SHARED=dir), when present, adds data: the full set of recorded allocations for
+# `conformance` and the earlier benchmark inputs for `bench`.
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: build run test lint conformance openapi bench load soak docker clean
+.PHONY: help build run test lint conformance openapi bench load soak docker clean
+.DEFAULT_GOAL := help
 
-build:
+help: ## list the targets
+	@echo "make targets (SHARED=$(SHARED) is optional extra data):"
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## release build: target/release/dapi
 	$(CARGO) build --release
 
-run:
+run: ## serve on 127.0.0.1:8080 with the built-in config
 	$(CARGO) run --release -- serve
 
-test:
+test: ## every test: unit, CLI, HTTP, process, conformance subset, properties
 	$(CARGO) test --release
 
-lint:
+lint: ## rustfmt, clippy, cargo-deny (installed first if missing)
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
-	@command -v cargo-deny >/dev/null || $(CARGO) install --locked cargo-deny
-	$(CARGO) deny check licenses bans sources
+	@command -v cargo-deny >/dev/null || { \
+		echo "lint: cargo-deny is not installed: installing it now with '$(CARGO) install --locked cargo-deny' (once; a few minutes)"; \
+		$(CARGO) install --locked --quiet cargo-deny; }
+	$(CARGO) deny --log-level error check licenses bans sources
 
-conformance: build
-	python3 $(SHARED)/conformance/check.py --cmd 'target/release/dapi allocate' $(SHARED)/conformance/cases
+conformance: build ## replay recorded allocations through the CLI (vendored; also ../shared's)
+	python3 scripts/conformance.py tests/conformance/cases
+	@if [ -d "$(SHARED)/conformance/cases" ]; then \
+		echo "conformance: the full set in $(SHARED)/conformance/cases"; \
+		python3 scripts/conformance.py "$(SHARED)/conformance/cases"; \
+	else \
+		echo "conformance: no $(SHARED)/conformance/cases: replayed the vendored subset only"; \
+	fi
 
-openapi:
+openapi: ## regenerate openapi/openapi.json
 	$(CARGO) run --release -q -- openapi > openapi/openapi.json
 
-# Timings per datacenter size (see BENCHMARKS.md); the 5000/10000-server bodies are generated
-# under target/bench/. BENCH_SIZES=50,500 narrows it; BENCH_SECONDS sets the time per figure.
-bench:
+# BENCH_SIZES=50,500 narrows the sizes; BENCH_SECONDS sets the time per figure;
+# BENCH_INPUTS=repo leaves $(SHARED)'s inputs out (see benches/allocate.rs).
+bench: ## timings per datacenter size (50 to 10,000 servers; BENCH_SIZES=50,500)
 	BENCH_SHARED=$(abspath $(SHARED)) $(CARGO) bench --bench allocate
 
-load:
+load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 	sh scripts/load.sh
 
-soak: build
+soak: build ## bounded soak test over loopback (3 minutes)
 	python3 scripts/soak.py --minutes 3
 
-docker:
+docker: ## container image running dapi serve on port 8080
 	docker build -t dapi .
 
-clean:
+clean: ## remove target/
 	$(CARGO) clean

@@ -1,151 +1,335 @@
-//! Command-line front end: the same engine as the service, one request from a file.
+//! The `dapi` command: `serve`, `allocate`, `capacity`, `openapi`.
 //!
-//! * `dapi allocate [--config FILE] [--steps full|removed] REQUEST.json` prints what
-//!   `POST /allocate` answers (`--steps removed`: what `POST /allocate?steps=removed` answers).
-//! * `dapi capacity [--config FILE] SERVERS.json` prints what `POST /capacity` answers.
-//! * `dapi serve [--config FILE]` runs the HTTP service.
-//! * `dapi openapi` prints the service's OpenAPI document.
-//!
-//! Exit status: 0 when an answer was printed (whether or not a server was chosen), 2 for
-//! invalid input or config, 1 for an internal error.
+//! `allocate` and `capacity` run one request through the same answer path as the service
+//! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts
+//! below are the command's documentation (`dapi --help`, `dapi allocate --help`).
 
-use std::io::Write;
+use std::ffi::OsString;
+use std::fmt;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::config::ServiceConfig;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use crate::config::{ConfigError, ServiceConfig};
 use crate::engine::{Engine, StepsFormat};
-use crate::model::BodyError;
-use crate::validate::{validate_allocate, validate_server_list};
-use crate::wire::{parse_allocate_body, parse_capacity_body};
 
-const USAGE: &str = "usage: dapi serve [--config FILE]
-       dapi allocate [--config FILE] [--steps full|removed] REQUEST.json
-       dapi capacity [--config FILE] SERVERS.json
-       dapi openapi";
+const CONFIG_HELP: &str = "\
+Configuration (later layers win, key by key):
+  1. built-in: CNAPI's production plugin chain and defaults
+  2. --config FILE (or DAPI_CONFIG=FILE): a JSON object with any of allocationDescription
+     (replaces the chain), defaults (merged), listen, log_level, limits, auth_token
+  3. environment variables DAPI_<KEY>, with __ between nested keys
 
-/// Why the command failed, and with which exit status.
-enum Failure {
-    Usage(String),
-    Invalid(String),
-    Internal(String),
+Environment:
+  DAPI_CONFIG                      the config file, when --config is not given
+  DAPI_LISTEN                      host:port to serve on [127.0.0.1:8080]; a host name
+                                   (localhost:8080) or IPv6 in brackets ([::1]:8080)
+  DAPI_LOG_LEVEL                   error, warn, info, debug or trace [info]
+  DAPI_AUTH_TOKEN                  bearer token /allocate, /capacity, /admin/reload require
+  DAPI_LIMITS__MAX_SERVERS         most servers in one request [20000]
+  DAPI_LIMITS__MAX_VMS_PER_SERVER  most VMs on one server of a request [10000]
+  DAPI_LIMITS__MAX_BODY_BYTES      largest request body (serve) [268435456]
+  DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS
+                                   allocations served at once (serve) [2 per core]
+  DAPI_LIMITS__REQUEST_TIMEOUT_MS  longest a request may take (serve) [30000]
+  DAPI_DEFAULTS__<NAME>            one allocator default, e.g. DAPI_DEFAULTS__FILTER_HEADNODE=false
+                                   (read as a boolean or number when it looks like one)
+  DAPI_DEFAULTS                    all allocator defaults, as a JSON object
+  DAPI_ALLOCATIONDESCRIPTION       the plugin chain, as JSON: [\"pipe\", \"hard-filter-setup\", ...]
+
+Exit status:
+  0  the answer was printed (for allocate: also when no server fits)
+  1  internal error (a bug of ours)
+  2  invalid request, config or command line (the message on stderr says what to fix)";
+
+const ALLOCATE_HELP: &str = "\
+Runs the plugin chain on one request and prints the answer on one line, as
+POST /allocate answers it.
+
+REQUEST is a JSON file, or - for standard input, holding what POST /allocate takes:
+  {\"servers\": [...],    CNAPI server objects, each with its \"vms\" (uuid → VM)
+   \"vm\": {...},         the VM to place: brand, ram, owner_uuid, nic_tags, ...
+   \"image\": {...},      its image (also read as \"img\")
+   \"package\": {...},    optional, its package (also \"pkg\")
+   \"tickets\": [...],    optional, open provisioning tickets
+   \"nic_tags\", \"nic_tag_requirements\" (optional, copied into the VM as CNAPI did),
+   \"seed\": N}           optional, makes score-uniform-random repeatable
+
+Output:
+  a server fits   {\"server\": {...}, \"steps\": [...]}  (the service: 200, the same body)
+  none fits       {\"server\": null, \"steps\": [...]}   (the service: 409 with
+                  {\"code\": \"NoAllocatableServersError\",
+                   \"message\": \"No compute resources available: <reason>\", \"steps\": [...]})
+Both exit 0. Each step is {\"step\", \"remaining\": [uuid...], \"reasons\"?: {uuid: why}};
+with --steps removed: {\"step\", \"removed\": [uuid...], \"remaining_count\", \"reasons\"?}.";
+
+const CAPACITY_HELP: &str = "\
+Prints the spare CPU, RAM and disk of each server, as POST /capacity answers it.
+
+SERVERS is a JSON file, or - for standard input: {\"servers\": [...]} or a bare array of
+CNAPI server objects (with their \"vms\").
+
+Output: {\"capacities\": {uuid: {\"cpu\", \"ram\", \"disk\"}}, \"reasons\": {...}}: cpu in
+percent of one core, ram and disk in MiB; reasons say why servers were left out.";
+
+const SERVE_HELP: &str = "\
+Serves the HTTP API on the configured listen address (127.0.0.1:8080 unless set):
+POST /allocate, POST /capacity, GET /ping, GET /metrics, GET /openapi.json,
+POST /admin/reload. Logs are bunyan JSON lines on stdout. SIGHUP (or POST
+/admin/reload) re-reads the config file and environment; SIGTERM or SIGINT stop
+accepting and let the requests in flight finish.";
+
+/// Chooses the compute node for a new VM (a Rust revival of Triton's DAPI allocator).
+#[derive(Debug, Parser)]
+#[command(
+    name = "dapi",
+    version,
+    arg_required_else_help = true,
+    long_about = "Chooses the compute node for a new VM (a Rust revival of Triton's DAPI allocator).\n\n\
+        Given the candidate servers (CNAPI server objects with their VMs), the VM, its image\n\
+        and package, dapi runs a configurable chain of filters and scorers and answers with\n\
+        the chosen server and every step that led there, or with why none fits.",
+    after_help = CONFIG_HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
 }
 
-pub fn main(args: &[String]) -> ExitCode {
-    let result = match args.first().map(String::as_str) {
-        Some("allocate") => run(&args[1..], allocate),
-        Some("capacity") => run(&args[1..], capacity),
-        Some("serve") => serve(&args[1..]),
-        Some("openapi") => {
-            print!("{}", crate::http::openapi::document());
-            Ok(())
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the HTTP API
+    #[command(long_about = SERVE_HELP, after_long_help = CONFIG_HELP)]
+    Serve(ConfigArg),
+    /// Choose a server for one request and print the answer
+    #[command(long_about = ALLOCATE_HELP, after_long_help = CONFIG_HELP)]
+    Allocate {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// How each step lists servers
+        #[arg(long, value_enum, default_value_t = Steps::Full)]
+        steps: Steps,
+        /// The request: a JSON file, or - for standard input
+        #[arg(value_name = "REQUEST")]
+        request: PathBuf,
+    },
+    /// Print the spare CPU, RAM and disk of each server
+    #[command(long_about = CAPACITY_HELP, after_long_help = CONFIG_HELP)]
+    Capacity {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The servers: a JSON file, or - for standard input
+        #[arg(value_name = "SERVERS")]
+        servers: PathBuf,
+    },
+    /// Print the service's OpenAPI document
+    Openapi,
+}
+
+#[derive(Debug, Args)]
+struct ConfigArg {
+    /// Config file (JSON) laid over the built-in config [default: $DAPI_CONFIG, if set]
+    // DAPI_CONFIG is read with the other layers (ServiceConfig::from_process), where an
+    // empty value names no file; clap's `env` would refuse it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+impl ConfigArg {
+    /// The config (its layers over the built-in one) and the engine it describes.
+    fn load(&self) -> Result<(ServiceConfig, Engine), CliError> {
+        let config = ServiceConfig::from_process(self.config.as_deref())?;
+        let engine = config.engine()?;
+        Ok((config, engine))
+    }
+}
+
+/// `--steps`: the CLI's name for [`StepsFormat`].
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Steps {
+    /// Every step lists the servers left after it (what CNAPI reads)
+    Full,
+    /// Every step lists only the servers it removed (much smaller for big datacenters)
+    Removed,
+}
+
+impl From<Steps> for StepsFormat {
+    fn from(steps: Steps) -> StepsFormat {
+        match steps {
+            Steps::Full => StepsFormat::Full,
+            Steps::Removed => StepsFormat::Removed,
         }
-        Some("-h" | "--help" | "help") => {
-            println!("{USAGE}");
-            Ok(())
+    }
+}
+
+/// Why the command failed.
+#[derive(Debug)]
+pub enum CliError {
+    /// The config cannot be used.
+    Config(ConfigError),
+    /// The input cannot be read (`input` as given; `-` is standard input).
+    Read { input: PathBuf, error: std::io::Error },
+    /// The request was refused (or, for `Internal`, failed).
+    Answer(AnswerError),
+    /// The listen address cannot be bound.
+    Listen { addr: String, error: std::io::Error },
+    /// The async runtime, the server or the output failed.
+    Io { what: &'static str, error: std::io::Error },
+}
+
+impl CliError {
+    /// 2 for what the caller can fix (input, config, address), 1 for our own failures.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Answer(e) if !e.is_caller_error() => 1,
+            CliError::Io { .. } => 1,
+            _ => 2,
         }
-        _ => Err(Failure::Usage(USAGE.into())),
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Config(e) => e.fmt(f),
+            CliError::Read { input, error } if input == Path::new("-") => {
+                write!(f, "cannot read standard input: {error}")
+            }
+            CliError::Read { input, error } => write!(f, "cannot read {}: {error}", input.display()),
+            CliError::Answer(e) => e.fmt(f),
+            CliError::Listen { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
+            CliError::Io { what, error } => write!(f, "internal error: {what}: {error}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Config(e) => Some(e),
+            CliError::Answer(e) => Some(e),
+            CliError::Read { error, .. } | CliError::Listen { error, .. } | CliError::Io { error, .. } => Some(error),
+        }
+    }
+}
+
+impl From<ConfigError> for CliError {
+    fn from(e: ConfigError) -> CliError {
+        CliError::Config(e)
+    }
+}
+
+impl From<AnswerError> for CliError {
+    fn from(e: AnswerError) -> CliError {
+        CliError::Answer(e)
+    }
+}
+
+/// Runs the command line `args` (the program name first) and says how it went.
+pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        // --help and --version land here too (exit 0); usage errors exit 2.
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
     };
-    match result {
+    match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(Failure::Usage(msg) | Failure::Invalid(msg)) => {
-            eprintln!("dapi: {msg}");
-            ExitCode::from(2)
-        }
-        Err(Failure::Internal(msg)) => {
-            eprintln!("dapi: internal error: {msg}");
-            ExitCode::from(1)
+        Err(e) => {
+            eprintln!("dapi: {e}");
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
-/// Options of `allocate` (and `capacity`, which takes none but `--config`).
-#[derive(Default)]
-struct Options {
-    steps: Option<StepsFormat>,
-}
-
-type Command = fn(&Engine, &[u8], &Options) -> Result<Vec<u8>, Failure>;
-
-fn run(args: &[String], command: Command) -> Result<(), Failure> {
-    let mut config_path = None;
-    let mut input = None;
-    let mut options = Options::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        match arg.as_str() {
-            "--config" => {
-                config_path = Some(rest.next().ok_or_else(|| Failure::Usage("--config needs a FILE".into()))?)
-            }
-            "--steps" => {
-                let name = rest.next().ok_or_else(|| Failure::Usage("--steps needs full or removed".into()))?;
-                let format = StepsFormat::parse(name)
-                    .ok_or_else(|| Failure::Usage(format!("--steps must be full or removed, not {name:?}")))?;
-                options.steps = Some(format);
-            }
-            _ if input.is_none() => input = Some(arg),
-            _ => return Err(Failure::Usage(format!("unexpected argument {arg}\n{USAGE}"))),
+fn run(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Serve(ConfigArg { config }) => serve(config),
+        Command::Allocate { config, steps, request } => {
+            let (config, engine) = config.load()?;
+            let body = read_input(&request)?;
+            // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
+            let options = AnswerOptions { steps: steps.into(), no_fit: NoFitBody::NullServer };
+            print(answer::allocate(&engine, &config.limits, &body, options)?.body)
         }
-    }
-    let input = input.ok_or_else(|| Failure::Usage(USAGE.into()))?;
-    let engine = ServiceConfig::from_process(config_path.map(String::as_str))
-        .and_then(|c| c.engine())
-        .map_err(Failure::Invalid)?;
-    let body = std::fs::read(input).map_err(|e| Failure::Invalid(format!("cannot read {input}: {e}")))?;
-    let mut out = command(&engine, &body, &options)?;
-    out.push(b'\n');
-    std::io::stdout().lock().write_all(&out).map_err(|e| Failure::Internal(e.to_string()))
-}
-
-fn body_error(e: BodyError) -> Failure {
-    match e {
-        BodyError::Malformed(msg) => Failure::Invalid(msg),
-        BodyError::Invalid(errors) => Failure::Invalid(
-            errors.iter().map(|e| format!("{}: {}", e.field, e.message)).collect::<Vec<_>>().join("; "),
-        ),
+        Command::Capacity { config, servers } => {
+            let (config, engine) = config.load()?;
+            let body = read_input(&servers)?;
+            print(answer::capacity(&engine, &config.limits, &body)?.body)
+        }
+        Command::Openapi => print(crate::http::openapi::document().into_bytes()),
     }
 }
 
-fn allocate(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
-    let mut request = parse_allocate_body(body).map_err(body_error)?;
-    validate_allocate(&mut request).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
-    let allocation = engine.allocate(&request).map_err(|e| Failure::Internal(e.to_string()))?;
-    allocation.answer_json(&request, options.steps.unwrap_or_default()).map_err(|e| Failure::Internal(e.to_string()))
-}
-
-fn capacity(engine: &Engine, body: &[u8], options: &Options) -> Result<Vec<u8>, Failure> {
-    if options.steps.is_some() {
-        return Err(Failure::Usage(format!("--steps is an option of allocate only\n{USAGE}")));
-    }
-    let (_, servers) = parse_capacity_body(body).map_err(body_error)?;
-    validate_server_list(&servers).map_err(|e| Failure::Invalid(format!("{}: {}", e.field, e.message)))?;
-    let capacity = engine.capacity(&servers).map_err(|e| Failure::Internal(e.to_string()))?;
-    serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| Failure::Internal(e.to_string()))
-}
-
-fn serve(args: &[String]) -> Result<(), Failure> {
-    let config_path = match args {
-        [] => None,
-        [flag, path] if flag == "--config" => Some(path.as_str()),
-        _ => return Err(Failure::Usage(USAGE.into())),
+/// The bytes of `input`: a file, or standard input for `-`.
+fn read_input(input: &Path) -> Result<Vec<u8>, CliError> {
+    let read = if input == Path::new("-") {
+        let mut body = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut body).map(|_| body)
+    } else {
+        std::fs::read(input)
     };
-    let config = ServiceConfig::from_process(config_path).map_err(Failure::Invalid)?;
+    read.map_err(|error| CliError::Read { input: input.to_path_buf(), error })
+}
+
+/// Writes the answer and a newline to standard output.
+fn print(mut out: Vec<u8>) -> Result<(), CliError> {
+    if out.last() != Some(&b'\n') {
+        out.push(b'\n');
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(&out)
+        .and_then(|()| stdout.flush())
+        .map_err(|error| CliError::Io { what: "cannot write the answer", error })
+}
+
+fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
+    let config = ServiceConfig::from_process(config_file.as_deref())?;
     crate::http::logging::init(&config.log_level);
-    let file = config_path.map(std::path::PathBuf::from).or_else(|| std::env::var_os("DAPI_CONFIG").map(Into::into));
     let listen = config.listen.clone();
     let digest = config.digest();
-    let app = crate::http::AppState::new(config, file).map_err(Failure::Invalid)?;
+    let app = crate::http::AppState::new(config, config_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| Failure::Internal(format!("cannot start the runtime: {e}")))?;
+        .map_err(|error| CliError::Io { what: "cannot start the runtime", error })?;
     runtime.block_on(async move {
+        // A host name is resolved here; the first of its addresses that binds is used.
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
-            .map_err(|e| Failure::Invalid(format!("cannot listen on {listen}: {e}")))?;
+            .map_err(|error| CliError::Listen { addr: listen.clone(), error })?;
         let addr = listener.local_addr().map_or(listen.clone(), |a| a.to_string());
         tracing::info!(addr = %addr, config = %digest, version = env!("CARGO_PKG_VERSION"), "dapi listening");
         crate::http::serve(listener, std::sync::Arc::new(app))
             .await
-            .map_err(|e| Failure::Internal(format!("server failed: {e}")))
+            .map_err(|error| CliError::Io { what: "the server failed", error })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn dash_is_standard_input_and_steps_are_named() {
+        let cli = Cli::try_parse_from(["dapi", "allocate", "--steps", "removed", "-"]).expect("parses");
+        match cli.command {
+            Command::Allocate { steps: Steps::Removed, request, .. } => assert_eq!(request, Path::new("-")),
+            other => panic!("{other:?}"),
+        }
+        let err = Cli::try_parse_from(["dapi", "allocate", "--steps", "some", "x.json"]).expect_err("bad value");
+        assert_eq!(err.exit_code(), 2);
+    }
 }

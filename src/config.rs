@@ -1,17 +1,24 @@
 //! Service configuration: the allocation description, the defaults, and the service's own
-//! settings (listen address, log level, limits).
+//! settings (listen address, log level, limits, token).
 //!
-//! Layers, later ones winning key by key: the embedded `config/default.json` (CNAPI's
-//! production chain and defaults), then the file named by `--config` or `DAPI_CONFIG`, then
-//! environment variables prefixed `DAPI_`, with `__` between nested keys:
-//! `DAPI_LISTEN=0.0.0.0:8080`, `DAPI_LOG_LEVEL=debug`, `DAPI_LIMITS__MAX_SERVERS=20000`,
-//! `DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM=0`. Environment values are read as booleans or
-//! numbers when they look like one.
+//! Layers, later ones winning key by key:
+//! 1. the embedded `config/default.json` (CNAPI's production chain and defaults);
+//! 2. the JSON file named by `--config` or `DAPI_CONFIG` (any subset of the keys; an
+//!    `allocationDescription` replaces the chain, `defaults` are merged key by key);
+//! 3. environment variables `DAPI_<KEY>`, with `__` between nested keys:
+//!    `DAPI_LISTEN=localhost:8080`, `DAPI_LOG_LEVEL=debug`, `DAPI_LIMITS__MAX_SERVERS=20000`,
+//!    `DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM=0`. After the prefix, names are
+//!    case-insensitive. Each value is read as its key's type: limits as whole numbers,
+//!    `DAPI_ALLOCATIONDESCRIPTION` and `DAPI_DEFAULTS` as JSON, one default as a boolean or
+//!    a number when it looks like one (else as text).
+//!
+//! The layering is done here rather than by a config library so that every error says
+//! where the value came from: the variable's name, or the file's path as it was given.
 
+use std::fmt;
 use std::path::Path;
 
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::engine::Engine;
 
@@ -19,32 +26,28 @@ use crate::engine::Engine;
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.json");
 
 /// Everything the service reads at start-up.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct ServiceConfig {
     /// The plugin chain, a `["pipe", ...]` expression.
-    #[serde(rename = "allocationDescription", alias = "allocationdescription")]
     pub allocation_description: Value,
     /// Allocator defaults (`filter_*`, `weight_*`, ...); CNAPI's fill the gaps.
-    #[serde(default)]
     pub defaults: Value,
-    /// Address to listen on (loopback unless told otherwise).
-    #[serde(default = "default_listen")]
+    /// `host:port` to listen on (loopback unless told otherwise); the host may be a name,
+    /// resolved when binding, or an IPv6 address in brackets.
     pub listen: String,
     /// `error`, `warn`, `info`, `debug` or `trace`.
-    #[serde(default = "default_log_level")]
     pub log_level: String,
-    #[serde(default)]
     pub limits: Limits,
     /// When set, `/allocate`, `/capacity` and `/admin/reload` need
     /// `Authorization: Bearer <token>` (`/ping`, `/metrics`, `/openapi.json` stay open).
-    #[serde(default)]
     pub auth_token: Option<String>,
+    /// The chain and defaults settings in the order applied, to tell which source an
+    /// engine error comes from.
+    engine_settings: Vec<Setting>,
 }
 
 /// Bounds on the work one request may ask for.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[derive(Debug, Clone)]
 pub struct Limits {
     /// Largest request body; the default fits 10,000 servers with 30 VMs each.
     pub max_body_bytes: usize,
@@ -77,7 +80,7 @@ pub struct Limits {
     pub max_connections: usize,
     /// Connections accepted beyond `max_connections` that serve only `/ping`, `/metrics`
     /// and `/openapi.json` (anything else gets 503), one request each, so that health
-    /// checks still get in when every ordinary connection is taken.
+    /// checks still get in when every ordinary connection is taken. 0: no reserve.
     pub health_connections: usize,
 }
 
@@ -102,105 +105,216 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The connection and upload limits must all be at least 1 (`drain_max_bytes` and
-    /// `health_connections` may be 0: no draining, no reserve).
-    fn check_connection_limits(&self) -> Result<(), String> {
-        for (name, value) in [
-            ("header_timeout_ms", self.header_timeout_ms),
-            ("idle_timeout_ms", self.idle_timeout_ms),
-            ("body_timeout_ms", self.body_timeout_ms),
-            ("min_body_bytes_per_sec", self.min_body_bytes_per_sec),
-            ("max_connections", self.max_connections as u64),
-        ] {
-            if value == 0 {
-                return Err(format!("config: limits.{name} must be at least 1"));
-            }
+    /// The keys of `limits`, as a config file spells them.
+    pub const KEYS: [&'static str; 12] = [
+        "max_body_bytes",
+        "max_servers",
+        "max_vms_per_server",
+        "max_concurrent_allocations",
+        "request_timeout_ms",
+        "header_timeout_ms",
+        "idle_timeout_ms",
+        "body_timeout_ms",
+        "min_body_bytes_per_sec",
+        "drain_max_bytes",
+        "max_connections",
+        "health_connections",
+    ];
+
+    /// Limits where 0 means "none" (no draining, no health reserve); every other is ≥ 1.
+    const MAY_BE_ZERO: [&'static str; 2] = ["drain_max_bytes", "health_connections"];
+
+    fn set(&mut self, key: &str, value: u64) {
+        let size = usize::try_from(value).unwrap_or(usize::MAX);
+        match key {
+            "max_body_bytes" => self.max_body_bytes = size,
+            "max_servers" => self.max_servers = size,
+            "max_vms_per_server" => self.max_vms_per_server = size,
+            "max_concurrent_allocations" => self.max_concurrent_allocations = size,
+            "request_timeout_ms" => self.request_timeout_ms = value,
+            "header_timeout_ms" => self.header_timeout_ms = value,
+            "idle_timeout_ms" => self.idle_timeout_ms = value,
+            "body_timeout_ms" => self.body_timeout_ms = value,
+            "min_body_bytes_per_sec" => self.min_body_bytes_per_sec = value,
+            "drain_max_bytes" => self.drain_max_bytes = size,
+            "max_connections" => self.max_connections = size,
+            "health_connections" => self.health_connections = size,
+            _ => unreachable!("limits.{key} is not in Limits::KEYS"),
         }
-        Ok(())
     }
 }
 
-fn default_listen() -> String {
-    "127.0.0.1:8080".into()
+/// The top-level keys of a config file.
+const TOP_KEYS: [&str; 6] = ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token"];
+
+/// Where a setting came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    BuiltIn,
+    /// The config file, its path as given.
+    File(String),
+    /// An environment variable, by name.
+    Env(String),
 }
 
-fn default_log_level() -> String {
-    "info".into()
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::BuiltIn => f.write_str("built-in config"),
+            Source::File(path) => write!(f, "config file {path}"),
+            Source::Env(name) => f.write_str(name),
+        }
+    }
+}
+
+/// A config that cannot be used, and where the problem is.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// The config file cannot be read.
+    Read { path: String, error: std::io::Error },
+    /// The config file is not JSON.
+    NotJson { path: String, error: serde_json::Error },
+    /// A key nothing reads; `hint` suggests the likely one, or lists them.
+    UnknownKey { source: Source, key: String, hint: String },
+    /// A value of the wrong type or out of range.
+    Invalid { source: Source, key: String, message: String },
+    /// The engine refused the chain or the defaults (its message), from `source` when it
+    /// could be told.
+    Engine { source: Option<Source>, message: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { path, error } => write!(f, "cannot read config file {path}: {error}"),
+            ConfigError::NotJson { path, error } => write!(f, "config file {path} is not JSON: {error}"),
+            // A variable's name says which key it sets.
+            ConfigError::UnknownKey { source: source @ Source::Env(_), hint, .. } => {
+                write!(f, "{source}: no such setting; {hint}")
+            }
+            ConfigError::UnknownKey { source, key, hint } => write!(f, "{source}: unknown key {key:?}; {hint}"),
+            ConfigError::Invalid { source: source @ Source::Env(_), message, .. } => write!(f, "{source}: {message}"),
+            ConfigError::Invalid { source, key, message } => write!(f, "{source}: {key}: {message}"),
+            ConfigError::Engine { source: Some(source), message } => write!(f, "{source}: {message}"),
+            ConfigError::Engine { source: None, message } => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::Read { error, .. } => Some(error),
+            ConfigError::NotJson { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// One value a layer sets, already checked.
+#[derive(Debug, Clone)]
+enum Set {
+    Chain(Value),
+    /// A default (or, with an empty path, all of them), at its path below `defaults`.
+    Default(Vec<String>, Value),
+    Listen(String),
+    LogLevel(String),
+    AuthToken(Option<String>),
+    Limit(&'static str, u64),
+}
+
+#[derive(Debug, Clone)]
+struct Setting {
+    source: Source,
+    set: Set,
 }
 
 impl ServiceConfig {
     /// Loads the layers; `env` is the process environment (passed in for tests).
-    pub fn load(file: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<ServiceConfig, String> {
-        use config::{Config, Environment, File, FileFormat};
-        let mut builder = Config::builder().add_source(File::from_str(DEFAULT_CONFIG, FileFormat::Json));
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<ServiceConfig, ConfigError> {
+        let built_in: Value = serde_json::from_str(DEFAULT_CONFIG)
+            .map_err(|error| ConfigError::NotJson { path: "config/default.json".into(), error })?;
+        let mut settings = json_settings(&Source::BuiltIn, built_in)?;
         if let Some(path) = file {
-            if !path.is_file() {
-                return Err(format!("config file {} does not exist", path.display()));
-            }
-            builder = builder.add_source(File::from(path).format(FileFormat::Json));
+            settings.extend(file_settings(path)?);
         }
-        let vars: config::Map<String, String> =
-            env.into_iter().filter(|(k, _)| k.starts_with("DAPI_") && k != "DAPI_CONFIG").collect();
-        builder = builder.add_source(
-            Environment::with_prefix("DAPI").prefix_separator("_").separator("__").try_parsing(true).source(Some(vars)),
-        );
-        let merged = builder.build().map_err(|e| format!("config: {e}"))?;
-        let config: ServiceConfig = merged.try_deserialize().map_err(|e| format!("config: {e}"))?;
-        config.check()?;
+        settings.extend(env_settings(env)?);
+        let mut config = ServiceConfig {
+            allocation_description: Value::Null,
+            defaults: Value::Object(Map::new()),
+            listen: "127.0.0.1:8080".into(),
+            log_level: "info".into(),
+            limits: Limits::default(),
+            auth_token: None,
+            engine_settings: Vec::new(),
+        };
+        for setting in settings {
+            config.apply(setting);
+        }
         Ok(config)
     }
 
-    /// Loads the file named by `--config` (or `DAPI_CONFIG`) over the built-in one.
-    pub fn from_process(file: Option<&str>) -> Result<ServiceConfig, String> {
+    /// Loads the file named by `--config` (else by `DAPI_CONFIG`) over the built-in one,
+    /// then the process environment.
+    pub fn from_process(file: Option<&Path>) -> Result<ServiceConfig, ConfigError> {
         let env: Vec<(String, String)> = std::env::vars().collect();
-        let from_env = env.iter().find(|(k, _)| k == "DAPI_CONFIG").map(|(_, v)| v.clone());
-        let file = file.map(str::to_string).or(from_env);
-        ServiceConfig::load(file.as_deref().map(Path::new), env)
+        // An empty DAPI_CONFIG names no file (as clap reads it for --config).
+        let from_env =
+            env.iter().find(|(k, v)| k == "DAPI_CONFIG" && !v.is_empty()).map(|(_, v)| std::path::PathBuf::from(v));
+        ServiceConfig::load(file.or(from_env.as_deref()), env)
     }
 
-    fn check(&self) -> Result<(), String> {
-        if self.listen.parse::<std::net::SocketAddr>().is_err() {
-            return Err(format!("config: listen must be an address such as 127.0.0.1:8080, not {:?}", self.listen));
+    fn apply(&mut self, setting: Setting) {
+        match &setting.set {
+            Set::Chain(chain) => self.allocation_description = chain.clone(),
+            Set::Default(path, value) => merge_at(&mut self.defaults, path, value.clone()),
+            Set::Listen(listen) => self.listen = listen.clone(),
+            Set::LogLevel(level) => self.log_level = level.clone(),
+            Set::AuthToken(token) => self.auth_token = token.clone(),
+            Set::Limit(key, value) => self.limits.set(key, *value),
         }
-        if !matches!(self.log_level.as_str(), "error" | "warn" | "info" | "debug" | "trace") {
-            return Err(format!(
-                "config: log_level must be error, warn, info, debug or trace, not {:?}",
-                self.log_level
-            ));
+        if matches!(setting.set, Set::Chain(_) | Set::Default(..)) {
+            self.engine_settings.push(setting);
         }
-        let l = &self.limits;
-        for (name, value) in [
-            ("max_body_bytes", l.max_body_bytes),
-            ("max_servers", l.max_servers),
-            ("max_vms_per_server", l.max_vms_per_server),
-            ("max_concurrent_allocations", l.max_concurrent_allocations),
-        ] {
-            if value == 0 {
-                return Err(format!("config: limits.{name} must be at least 1"));
-            }
-        }
-        if self.auth_token.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return Err("config: auth_token must not be empty (leave it out to disable authentication)".into());
-        }
-        if l.request_timeout_ms == 0 {
-            return Err("config: limits.request_timeout_ms must be at least 1".into());
-        }
-        l.check_connection_limits()?;
-        Ok(())
     }
 
     /// The allocation engine this config describes.
-    pub fn engine(&self) -> Result<Engine, String> {
-        let defaults = if self.defaults.is_null() { Value::Object(Default::default()) } else { self.defaults.clone() };
-        let engine_config = serde_json::json!({
-            "allocationDescription": self.allocation_description,
-            "defaults": defaults,
-        });
-        let engine = Engine::from_config(&engine_config, &crate::registry::built_in()).map_err(|e| e.to_string())?;
+    pub fn engine(&self) -> Result<Engine, ConfigError> {
+        let engine = build_engine(&self.allocation_description, &self.defaults)
+            .map_err(|message| ConfigError::Engine { source: self.blame(), message })?;
         for warning in engine.warnings() {
             tracing::warn!("allocation description: {warning}");
         }
         Ok(engine)
+    }
+
+    /// The source whose chain or defaults settings make the engine refuse the config: they
+    /// are applied again source by source (each variable on its own), and the first after
+    /// which the engine is refused is named. Only run on the error path.
+    fn blame(&self) -> Option<Source> {
+        let mut chain = Value::Null;
+        let mut defaults = Value::Object(Map::new());
+        let mut settings = self.engine_settings.iter().peekable();
+        while let Some(first) = settings.next() {
+            let mut group = vec![first];
+            while let Some(next) = settings.next_if(|s| s.source == first.source) {
+                group.push(next);
+            }
+            for setting in group {
+                match &setting.set {
+                    Set::Chain(c) => chain = c.clone(),
+                    Set::Default(path, value) => merge_at(&mut defaults, path, value.clone()),
+                    _ => {}
+                }
+            }
+            if build_engine(&chain, &defaults).is_err() {
+                return (first.source != Source::BuiltIn).then(|| first.source.clone());
+            }
+        }
+        None
     }
 
     /// A short hash of the engine configuration, to tell which one a running service has.
@@ -208,6 +322,301 @@ impl ServiceConfig {
         let text = serde_json::json!([self.allocation_description, self.defaults]).to_string();
         digest(text.as_bytes())
     }
+}
+
+fn build_engine(chain: &Value, defaults: &Value) -> Result<Engine, String> {
+    let config = serde_json::json!({"allocationDescription": chain, "defaults": defaults});
+    Engine::from_config(&config, &crate::registry::built_in()).map_err(|e| e.to_string())
+}
+
+/// Sets `value` at `path` below `target`, merging objects key by key (a default that is an
+/// object, such as `filter_owner_server`, is merged rather than replaced).
+fn merge_at(target: &mut Value, path: &[String], value: Value) {
+    let Some((last, parents)) = path.split_last() else {
+        return merge(target, value);
+    };
+    let mut at = target;
+    for key in parents {
+        at = object(at).entry(key.clone()).or_insert_with(|| Value::Object(Map::new()));
+    }
+    match object(at).get_mut(last) {
+        Some(existing) => merge(existing, value),
+        None => {
+            object(at).insert(last.clone(), value);
+        }
+    }
+}
+
+fn merge(target: &mut Value, value: Value) {
+    match (target, value) {
+        (Value::Object(into), Value::Object(from)) => {
+            for (key, v) in from {
+                merge_at_key(into, key, v);
+            }
+        }
+        (target, value) => *target = value,
+    }
+}
+
+fn merge_at_key(into: &mut Map<String, Value>, key: String, value: Value) {
+    match into.get_mut(&key) {
+        Some(existing) => merge(existing, value),
+        None => {
+            into.insert(key, value);
+        }
+    }
+}
+
+/// `value` as an object, replacing it with an empty one if it is not.
+fn object(value: &mut Value) -> &mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
+    }
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("made an object above"),
+    }
+}
+
+fn file_settings(path: &Path) -> Result<Vec<Setting>, ConfigError> {
+    let shown = path.display().to_string();
+    let text = std::fs::read(path).map_err(|error| ConfigError::Read { path: shown.clone(), error })?;
+    let value = serde_json::from_slice(&text).map_err(|error| ConfigError::NotJson { path: shown.clone(), error })?;
+    json_settings(&Source::File(shown), value)
+}
+
+/// The settings of a config file (or of the built-in config).
+fn json_settings(source: &Source, value: Value) -> Result<Vec<Setting>, ConfigError> {
+    let invalid =
+        |key: &str, message: String| ConfigError::Invalid { source: source.clone(), key: key.into(), message };
+    let Value::Object(top) = value else {
+        return Err(invalid("(top level)", format!("must be a JSON object, not {}", shown(&value))));
+    };
+    let mut sets = Vec::new();
+    for (key, value) in top {
+        match key.as_str() {
+            "allocationDescription" | "allocationdescription" => sets.push(Set::Chain(value)),
+            "defaults" => match value {
+                Value::Object(defaults) => sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v))),
+                other => return Err(invalid("defaults", format!("must be an object, not {}", shown(&other)))),
+            },
+            "listen" => sets.push(Set::Listen(text(&value).and_then(check_listen).map_err(|m| invalid("listen", m))?)),
+            "log_level" => {
+                let level = text(&value).and_then(check_log_level).map_err(|m| invalid("log_level", m))?;
+                sets.push(Set::LogLevel(level));
+            }
+            "auth_token" => {
+                let token = match &value {
+                    Value::Null => None,
+                    v => Some(text(v).and_then(check_token).map_err(|m| invalid("auth_token", m))?),
+                };
+                sets.push(Set::AuthToken(token));
+            }
+            "limits" => {
+                let Value::Object(limits) = value else {
+                    return Err(invalid("limits", format!("must be an object, not {}", shown(&value))));
+                };
+                for (name, v) in limits {
+                    let Some(&name) = Limits::KEYS.iter().find(|k| **k == name) else {
+                        let typed = format!("limits.{name}");
+                        let known = Limits::KEYS.map(|k| format!("limits.{k}"));
+                        return Err(unknown(source, &typed, &known));
+                    };
+                    let key = format!("limits.{name}");
+                    let count = match v.as_u64() {
+                        Some(n) => check_limit(name, n),
+                        None => Err(format!("must be a whole number, not {}", shown(&v))),
+                    };
+                    sets.push(Set::Limit(name, count.map_err(|m| invalid(&key, m))?));
+                }
+            }
+            _ => return Err(unknown(source, &key, &TOP_KEYS.map(String::from))),
+        }
+    }
+    Ok(sets.into_iter().map(|set| Setting { source: source.clone(), set }).collect())
+}
+
+/// The environment's settings: every `DAPI_*` variable but `DAPI_CONFIG` (the file's name).
+fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<Setting>, ConfigError> {
+    let mut vars: Vec<(String, String)> =
+        env.into_iter().filter(|(k, _)| k.starts_with("DAPI_") && k != "DAPI_CONFIG").collect();
+    // By name, so that `DAPI_DEFAULTS` (all of them) comes before `DAPI_DEFAULTS__X`.
+    vars.sort();
+    let mut settings = Vec::new();
+    for (name, raw) in vars {
+        let source = Source::Env(name.clone());
+        let invalid =
+            |key: &str, message: String| ConfigError::Invalid { source: source.clone(), key: key.into(), message };
+        let lowered = name["DAPI_".len()..].to_ascii_lowercase();
+        let path: Vec<&str> = lowered.split("__").collect();
+        let mut sets = Vec::new();
+        match path.as_slice() {
+            ["allocationdescription" | "allocation_description"] => {
+                let chain = serde_json::from_str(&raw)
+                    .map_err(|e| invalid("allocationDescription", format!("not JSON: {e}")))?;
+                sets.push(Set::Chain(chain));
+            }
+            ["defaults"] => match serde_json::from_str(&raw) {
+                Ok(Value::Object(defaults)) => {
+                    sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v)));
+                }
+                Ok(other) => return Err(invalid("defaults", format!("must be a JSON object, not {}", shown(&other)))),
+                Err(e) => return Err(invalid("defaults", format!("not JSON: {e}"))),
+            },
+            ["defaults", rest @ ..] if rest.iter().all(|k| !k.is_empty()) => {
+                sets.push(Set::Default(rest.iter().map(|k| k.to_string()).collect(), env_scalar(&raw)));
+            }
+            ["listen"] => sets.push(Set::Listen(check_listen(&raw).map_err(|m| invalid("listen", m))?)),
+            ["log_level"] => sets.push(Set::LogLevel(check_log_level(&raw).map_err(|m| invalid("log_level", m))?)),
+            ["auth_token"] => sets.push(Set::AuthToken(Some(check_token(&raw).map_err(|m| invalid("auth_token", m))?))),
+            ["limits", typed] => {
+                let Some(key) = Limits::KEYS.iter().copied().find(|k| k == typed) else {
+                    return Err(unknown(&source, &name, &env_names()));
+                };
+                let count = raw
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|e| format!("{e} (a whole number is needed, not {raw:?})"))
+                    .and_then(|n| check_limit(key, n));
+                sets.push(Set::Limit(key, count.map_err(|m| invalid(&format!("limits.{key}"), m))?));
+            }
+            _ => return Err(unknown(&source, &name, &env_names())),
+        }
+        settings.extend(sets.into_iter().map(|set| Setting { source: source.clone(), set }));
+    }
+    Ok(settings)
+}
+
+/// The variables that set each key.
+fn env_names() -> Vec<String> {
+    let mut names: Vec<String> = ["ALLOCATIONDESCRIPTION", "DEFAULTS", "DEFAULTS__<NAME>", "LISTEN", "LOG_LEVEL"]
+        .iter()
+        .map(|n| format!("DAPI_{n}"))
+        .collect();
+    names.extend(Limits::KEYS.iter().map(|k| format!("DAPI_LIMITS__{}", k.to_ascii_uppercase())));
+    names.push("DAPI_AUTH_TOKEN".into());
+    names
+}
+
+/// A single default from the environment: a boolean or a number when it reads as one
+/// (`false`, `0.5`), else the text.
+fn env_scalar(raw: &str) -> Value {
+    if let Ok(b) = raw.to_ascii_lowercase().parse::<bool>() {
+        return Value::Bool(b);
+    }
+    if let Ok(n) = raw.parse::<i64>() {
+        return Value::from(n);
+    }
+    match raw.parse::<f64>().ok().and_then(serde_json::Number::from_f64) {
+        Some(n) => Value::Number(n),
+        None => Value::String(raw.to_string()),
+    }
+}
+
+/// An unknown key, with the closest known one suggested (or all of them listed, once).
+fn unknown(source: &Source, typed: &str, known: &[String]) -> ConfigError {
+    let hint = match suggest(typed, known) {
+        Some(s) if matches!(source, Source::Env(_)) => format!("did you mean {s}?"),
+        Some(s) => format!("did you mean {s:?}?"),
+        None if matches!(source, Source::Env(_)) => format!("the settings are {}", known.join(", ")),
+        None => format!("the keys are {}", known.join(", ")),
+    };
+    ConfigError::UnknownKey { source: source.clone(), key: typed.to_string(), hint }
+}
+
+/// The known key closest to `typed` (ignoring case), when it is close enough to be the
+/// one meant: at most a third of its letters differ. For variables, a default named with
+/// one `_` where `__` was meant (`DAPI_DEFAULTS_FILTER_HEADNODE`), or as `DEFAULT`, is
+/// recognised too.
+fn suggest(typed: &str, known: &[String]) -> Option<String> {
+    let upper = typed.to_ascii_uppercase();
+    for prefix in ["DAPI_DEFAULTS_", "DAPI_DEFAULT__", "DAPI_DEFAULT_"] {
+        if let Some(rest) = upper.strip_prefix(prefix).filter(|r| !r.is_empty() && !r.starts_with('_')) {
+            return Some(format!("DAPI_DEFAULTS__{rest}"));
+        }
+    }
+    let typed_lower = typed.to_lowercase();
+    let (best, distance) =
+        known.iter().map(|k| (k, edit_distance(&typed_lower, &k.to_lowercase()))).min_by_key(|(_, d)| *d)?;
+    (distance <= (typed.chars().count() / 3).max(1)).then(|| best.clone())
+}
+
+/// Levenshtein distance: the fewest one-character insertions, deletions and substitutions
+/// that turn `a` into `b`.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != *cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
+}
+
+fn text(value: &Value) -> Result<&str, String> {
+    value.as_str().ok_or_else(|| format!("must be a string, not {}", shown(value)))
+}
+
+/// A JSON value as a message shows it (shortened).
+fn shown(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(60) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text,
+    }
+}
+
+/// `host:port` as binding takes it: an IP address (IPv6 in brackets) or a host name,
+/// resolved when the service binds (`localhost:8080`, `[::1]:8080`, `0.0.0.0:8080`).
+fn check_listen(listen: &str) -> Result<String, String> {
+    let wrong = |why: &str| {
+        Err(format!("must be host:port such as 127.0.0.1:8080, localhost:8080 or [::1]:8080, not {listen:?} ({why})"))
+    };
+    if listen.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(listen.to_string());
+    }
+    let Some((host, port)) = listen.rsplit_once(':') else { return wrong("no port") };
+    if port.parse::<u16>().is_err() {
+        return wrong("the port is a number from 0 to 65535");
+    }
+    if host.starts_with('[') {
+        return wrong("not an IPv6 address in brackets");
+    }
+    if host.contains(':') {
+        return wrong("an IPv6 address goes in brackets");
+    }
+    let name_chars = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+    if host.is_empty() || !host.chars().all(name_chars) {
+        return wrong("not a host name or address");
+    }
+    Ok(listen.to_string())
+}
+
+fn check_log_level(level: &str) -> Result<String, String> {
+    let lowered = level.to_ascii_lowercase();
+    match lowered.as_str() {
+        "error" | "warn" | "info" | "debug" | "trace" => Ok(lowered),
+        _ => Err(format!("must be error, warn, info, debug or trace, not {level:?}")),
+    }
+}
+
+fn check_token(token: &str) -> Result<String, String> {
+    if token.trim().is_empty() {
+        return Err("must not be empty (leave it out to disable authentication)".into());
+    }
+    Ok(token.to_string())
+}
+
+fn check_limit(key: &str, value: u64) -> Result<u64, String> {
+    if value == 0 && !Limits::MAY_BE_ZERO.contains(&key) {
+        return Err("must be at least 1".into());
+    }
+    Ok(value)
 }
 
 /// XXH3, 64 bits, as hex: a short digest stable across runs and builds (unlike the std
@@ -241,6 +650,35 @@ mod tests {
         vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
+    fn load_env(vars: &[(&str, &str)]) -> Result<ServiceConfig, String> {
+        ServiceConfig::load(None, env(vars)).map_err(|e| e.to_string())
+    }
+
+    /// A config file in a fresh directory, removed when dropped.
+    struct TmpFile(std::path::PathBuf);
+
+    impl TmpFile {
+        fn new(name: &str, text: &str) -> TmpFile {
+            let dir = std::env::temp_dir().join(format!("dapi-config-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("tmp dir");
+            let path = dir.join("c.json");
+            std::fs::write(&path, text).expect("write");
+            TmpFile(path)
+        }
+
+        fn load(&self) -> Result<ServiceConfig, String> {
+            ServiceConfig::load(Some(&self.0), env(&[])).map_err(|e| e.to_string())
+        }
+    }
+
+    impl Drop for TmpFile {
+        fn drop(&mut self) {
+            if let Some(dir) = self.0.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+
     #[test]
     fn a_digest_does_not_depend_on_how_the_input_is_cut() {
         // XXH3-64 of nothing, as every implementation gives it.
@@ -256,81 +694,198 @@ mod tests {
 
     #[test]
     fn built_in_config_is_cnapis_production_chain() {
-        let c = ServiceConfig::load(None, env(&[])).expect("default config");
+        let c = load_env(&[]).expect("default config");
         assert_eq!(c.listen, "127.0.0.1:8080");
+        assert_eq!(c.log_level, "info");
         assert_eq!(c.allocation_description[1], "hard-filter-setup");
         assert_eq!(c.defaults["weight_uniform_random"], 0.5);
+        assert_eq!(c.limits.max_servers, 20_000);
         c.engine().expect("default engine");
     }
 
     #[test]
     fn environment_overrides_nested_keys() {
-        let c = ServiceConfig::load(
-            None,
-            env(&[
-                ("DAPI_LISTEN", "127.0.0.1:9999"),
-                ("DAPI_LIMITS__MAX_SERVERS", "12"),
-                ("DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM", "0"),
-                ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
-                ("OTHER", "x"),
-            ]),
-        )
+        let c = load_env(&[
+            ("DAPI_LISTEN", "127.0.0.1:9999"),
+            ("DAPI_LIMITS__MAX_SERVERS", "12"),
+            ("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "5000"),
+            ("DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM", "0"),
+            ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
+            ("DAPI_DEFAULTS__WEIGHT_NEXT_REBOOT", "0.25"),
+            ("DAPI_LOG_LEVEL", "DEBUG"),
+            ("DAPI_AUTH_TOKEN", "12345"),
+            ("OTHER", "x"),
+        ])
         .expect("config");
         assert_eq!(c.listen, "127.0.0.1:9999");
         assert_eq!(c.limits.max_servers, 12);
+        assert_eq!(c.limits.request_timeout_ms, 5000);
         assert_eq!(c.defaults["weight_uniform_random"], 0);
         assert_eq!(c.defaults["filter_headnode"], false);
+        assert_eq!(c.defaults["weight_next_reboot"], 0.25);
+        assert_eq!(c.log_level, "debug");
+        // A token is text even when it looks like a number.
+        assert_eq!(c.auth_token.as_deref(), Some("12345"));
         c.engine().expect("engine");
     }
 
     #[test]
-    fn bad_values_name_the_key() {
-        let err = ServiceConfig::load(None, env(&[("DAPI_DEFAULTS__FILTER_HEADNODE", "yes")]))
+    fn whole_values_from_the_environment_are_json() {
+        let c = load_env(&[
+            ("DAPI_ALLOCATIONDESCRIPTION", r#"["pipe", "identity"]"#),
+            ("DAPI_DEFAULTS", r#"{"filter_vm_limit": "10", "filter_headnode": true}"#),
+            ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
+        ])
+        .expect("config");
+        assert_eq!(c.allocation_description, serde_json::json!(["pipe", "identity"]));
+        assert_eq!(c.defaults["filter_vm_limit"], "10");
+        // The more specific variable wins, whatever the environment's order.
+        assert_eq!(c.defaults["filter_headnode"], false);
+        let err = load_env(&[("DAPI_ALLOCATIONDESCRIPTION", "[pipe")]).expect_err("not JSON");
+        assert!(err.starts_with("DAPI_ALLOCATIONDESCRIPTION: not JSON: "), "{err}");
+    }
+
+    #[test]
+    fn listen_takes_host_names_and_ipv6() {
+        for good in ["localhost:8080", "[::1]:8080", "0.0.0.0:0", "dapi.example.com:80", "[::]:8080"] {
+            assert_eq!(load_env(&[("DAPI_LISTEN", good)]).map(|c| c.listen), Ok(good.to_string()), "{good}");
+        }
+        for (bad, why) in [
+            ("nowhere", "no port"),
+            ("localhost:99999", "the port is a number"),
+            ("::1:8080", "an IPv6 address goes in brackets"),
+            ("[::1:8080", "not an IPv6 address in brackets"),
+            (":8080", "not a host name"),
+            ("my host:80", "not a host name"),
+        ] {
+            let err = load_env(&[("DAPI_LISTEN", bad)]).expect_err(bad);
+            assert!(err.starts_with("DAPI_LISTEN: must be host:port"), "{err}");
+            assert!(err.contains(why), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_error_from_the_environment_names_the_variable() {
+        let err = load_env(&[("DAPI_LIMITS__MAX_SERVERS", "2k")]).expect_err("not a number");
+        assert_eq!(
+            err,
+            r#"DAPI_LIMITS__MAX_SERVERS: invalid digit found in string (a whole number is needed, not "2k")"#
+        );
+        let err = load_env(&[("DAPI_LIMITS__MAX_SERVERS", "0")]).expect_err("zero");
+        assert_eq!(err, "DAPI_LIMITS__MAX_SERVERS: must be at least 1");
+        let err = load_env(&[("DAPI_LOG_LEVEL", "loud")]).expect_err("level");
+        assert!(err.starts_with("DAPI_LOG_LEVEL: must be error, warn"), "{err}");
+        let err = load_env(&[("DAPI_AUTH_TOKEN", " ")]).expect_err("empty token");
+        assert!(err.starts_with("DAPI_AUTH_TOKEN: must not be empty"), "{err}");
+        // Defaults are checked by the engine; its error is traced back to the variable.
+        let err = load_env(&[("DAPI_DEFAULTS__WEIGHT_UNRESERVED_RAM", "2"), ("DAPI_DEFAULTS__FILTER_HEADNODE", "yes")])
             .expect("loads")
             .engine()
-            .expect_err("invalid default");
-        assert_eq!(err, "Defaults filter_headnode is not boolean");
-        let err = ServiceConfig::load(None, env(&[("DAPI_LIMITS__MAX_SERVER", "1")])).expect_err("typo");
-        assert!(err.contains("max_server"), "{err}");
-        let err = ServiceConfig::load(None, env(&[("DAPI_LISTEN", "nowhere")])).expect_err("bad address");
-        assert!(err.contains("listen"), "{err}");
+            .expect_err("invalid default")
+            .to_string();
+        assert_eq!(err, "DAPI_DEFAULTS__FILTER_HEADNODE: Defaults filter_headnode is not boolean");
+        let err = load_env(&[("DAPI_ALLOCATIONDESCRIPTION", r#"["pipe", "hard-filter-foo"]"#)])
+            .expect("loads")
+            .engine()
+            .expect_err("invalid chain")
+            .to_string();
+        assert!(err.starts_with("DAPI_ALLOCATIONDESCRIPTION: Bad expression given: "), "{err}");
+    }
+
+    #[test]
+    fn a_file_error_shows_the_path_as_given() {
+        let err = ServiceConfig::load(Some(Path::new("no/such/dapi.json")), env(&[])).expect_err("missing");
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+        assert!(err.to_string().starts_with("cannot read config file no/such/dapi.json: "), "{err}");
+
+        let file = TmpFile::new("not-json", "{\"listen\": \n");
+        let err = file.load().expect_err("not JSON");
+        assert!(err.starts_with(&format!("config file {} is not JSON: ", file.0.display())), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+
+        let file = TmpFile::new("bad-value", r#"{"limits": {"max_servers": "many"}}"#);
+        let err = file.load().expect_err("not a number");
+        assert_eq!(
+            err,
+            format!(r#"config file {}: limits.max_servers: must be a whole number, not "many""#, file.0.display())
+        );
+
+        let file = TmpFile::new("bad-chain", r#"{"allocationDescription": ["pipe", "hard-filter-foo"]}"#);
+        let err = file.load().expect("loads").engine().expect_err("bad chain").to_string();
+        assert!(err.starts_with(&format!("config file {}: Bad expression given: ", file.0.display())), "{err}");
+    }
+
+    #[test]
+    fn a_mistyped_key_suggests_the_right_one_once() {
+        let file = TmpFile::new("typo-top", r#"{"allocationdescriptoin": []}"#);
+        let err = file.load().expect_err("typo");
+        assert!(
+            err.ends_with(r#"unknown key "allocationdescriptoin"; did you mean "allocationDescription"?"#),
+            "{err}"
+        );
+        let file = TmpFile::new("typo-limits", r#"{"limits": {"max_server": 1}}"#);
+        let err = file.load().expect_err("typo");
+        assert!(err.ends_with(r#"unknown key "limits.max_server"; did you mean "limits.max_servers"?"#), "{err}");
+        // Nothing close: each key is listed once (no case variants).
+        let file = TmpFile::new("typo-far", r#"{"timeout": 1}"#);
+        let err = file.load().expect_err("unknown");
+        assert!(
+            err.ends_with("the keys are allocationDescription, defaults, listen, log_level, limits, auth_token"),
+            "{err}"
+        );
+
+        let err = load_env(&[("DAPI_LIMITS__MAX_SERVER", "1")]).expect_err("typo");
+        assert_eq!(err, "DAPI_LIMITS__MAX_SERVER: no such setting; did you mean DAPI_LIMITS__MAX_SERVERS?");
+        let err = load_env(&[("DAPI_LOGLEVEL", "debug")]).expect_err("typo");
+        assert!(err.ends_with("did you mean DAPI_LOG_LEVEL?"), "{err}");
+        let err = load_env(&[("DAPI_DEFAULTS_FILTER_HEADNODE", "false")]).expect_err("one underscore");
+        assert!(err.ends_with("did you mean DAPI_DEFAULTS__FILTER_HEADNODE?"), "{err}");
+        let err = load_env(&[("DAPI_DEFAULT__FILTER_HEADNODE", "false")]).expect_err("no S");
+        assert!(err.ends_with("did you mean DAPI_DEFAULTS__FILTER_HEADNODE?"), "{err}");
+        let err = load_env(&[("DAPI_COLOUR", "blue")]).expect_err("unknown");
+        assert!(err.contains("the settings are DAPI_ALLOCATIONDESCRIPTION, DAPI_DEFAULTS, "), "{err}");
+    }
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        assert_eq!(edit_distance("", ""), 0);
+        assert_eq!(edit_distance("listen", "listen"), 0);
+        assert_eq!(edit_distance("listn", "listen"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(suggest("max_concurrent", &Limits::KEYS.map(String::from)), None);
+        assert_eq!(suggest("request_timeout", &Limits::KEYS.map(String::from)).as_deref(), Some("request_timeout_ms"));
     }
 
     #[test]
     fn object_key_order_survives_loading() {
         // filter_owner_server's key order decides which owner a removed server is blamed on.
-        let dir = std::env::temp_dir().join(format!("dapi-config-order-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp dir");
-        let path = dir.join("c.json");
         let owners = [
             "955ed486-8483-4058-a292-b2e92a947db9",
             "cf16e1c8-80c4-457c-9f81-ce22a2b05ca8",
             "0aae0b14-c55f-442a-83c9-4dbee0d73413",
         ];
-        let filters: serde_json::Map<String, Value> =
-            owners.iter().map(|o| (o.to_string(), Value::from("true"))).collect();
+        let filters: Map<String, Value> = owners.iter().map(|o| (o.to_string(), Value::from("true"))).collect();
         let text = serde_json::json!({"defaults": {"filter_owner_server": filters}}).to_string();
-        std::fs::write(&path, text).expect("write");
-        let c = ServiceConfig::load(Some(&path), env(&[])).expect("config");
+        let file = TmpFile::new("order", &text);
+        let c = file.load().expect("config");
         let keys: Vec<&String> = c.defaults["filter_owner_server"].as_object().expect("object").keys().collect();
         assert_eq!(keys, owners);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn a_file_replaces_the_chain_and_merges_defaults() {
-        let dir = std::env::temp_dir().join(format!("dapi-config-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp dir");
-        let path = dir.join("c.json");
-        std::fs::write(
-            &path,
+        let file = TmpFile::new(
+            "merge",
             r#"{"allocationDescription": ["pipe", "identity"], "defaults": {"filter_vm_limit": "10"}}"#,
-        )
-        .expect("write");
-        let c = ServiceConfig::load(Some(&path), env(&[])).expect("config");
+        );
+        let c = file.load().expect("config");
         assert_eq!(c.allocation_description, serde_json::json!(["pipe", "identity"]));
         assert_eq!(c.defaults["filter_vm_limit"], "10");
         assert_eq!(c.defaults["weight_unreserved_ram"], 2);
-        let _ = std::fs::remove_dir_all(&dir);
+        // The environment wins over the file, key by key.
+        let c = ServiceConfig::load(Some(&file.0), env(&[("DAPI_DEFAULTS__FILTER_VM_LIMIT", "12")])).expect("config");
+        assert_eq!(c.defaults["filter_vm_limit"], 12);
+        assert_eq!(c.allocation_description, serde_json::json!(["pipe", "identity"]));
     }
 }

@@ -4,7 +4,10 @@
 //! * [`engine`]: the allocation engine (pipeline, working set, selection, steps).
 //! * [`plugins`]: the hard filters, soft filters, scorers and transforms, one per file.
 //! * [`js`]: the JavaScript value semantics the original's answers depend on.
+//! * [`answer`]: the one path from a request body to an answer, used by the service
+//!   ([`http`]) and the command line ([`cli`]).
 
+pub mod answer;
 pub mod cli;
 pub mod config;
 pub mod engine;

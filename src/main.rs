@@ -1,10 +1,8 @@
-//! The `dapi` command: `dapi allocate`, `dapi capacity` (and, later, `dapi serve`).
+//! The `dapi` command: `dapi serve`, `dapi allocate`, `dapi capacity`, `dapi openapi`
+//! (see `dapi --help`).
 
 use std::process::ExitCode;
 
-use dapi::cli;
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    cli::main(&args)
+    dapi::cli::main(std::env::args_os())
 }

@@ -211,7 +211,7 @@ async fn reload_swaps_in_a_valid_config_and_keeps_the_old_one_otherwise() {
     let before = send(s.addr, "GET", "/ping", &[], b"").await.json()["config"].clone();
 
     std::fs::write(&path, r#"{"allocationDescription": ["pipe", "no-such-plugin"]}"#).expect("write");
-    let err = s.app.reload().expect_err("invalid config refused");
+    let err = s.app.reload().expect_err("invalid config refused").to_string();
     assert!(err.contains("Unrecognized algorithm: no-such-plugin"), "{err}");
     assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.json()["config"], before);
 
@@ -252,7 +252,9 @@ async fn admin_reload_answers_with_the_new_config_or_refuses() {
     std::fs::write(&path, r#"{"defaults": {"filter_headnode": "yes"}}"#).expect("write");
     let r = send(s.addr, "POST", "/admin/reload", &[], b"").await;
     assert_eq!(r.status, 409);
-    assert_eq!(r.json()["message"], "Defaults filter_headnode is not boolean");
+    // The message names the file the bad default came from.
+    let message = r.json()["message"].as_str().unwrap_or_default().to_string();
+    assert_eq!(message, format!("config file {}: Defaults filter_headnode is not boolean", path.display()));
     std::fs::write(&path, r#"{"allocationDescription": ["pipe", "hard-filter-running"]}"#).expect("write");
     let r = send(s.addr, "POST", "/admin/reload", &[], b"").await;
     assert_eq!(r.status, 200);
@@ -316,4 +318,18 @@ async fn keep_alive_post(stream: &mut tokio::net::TcpStream, body: &[u8]) -> com
             }
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_no_fit_example_is_a_409_with_cnapis_reason() {
+    let s = start(&[]).await;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/allocate-no-fit.json");
+    let body: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("example")).expect("JSON");
+    let r = post_json(s.addr, "/allocate", &body).await;
+    assert_eq!(r.status, 409);
+    let answer = r.json();
+    assert_eq!(answer["code"], "NoAllocatableServersError");
+    assert_eq!(answer["message"], "No compute resources available: no servers with enough unreserved RAM");
+    assert!(answer.get("server").is_none());
+    assert!(answer["steps"].as_array().is_some_and(|s| s.len() > 20));
 }

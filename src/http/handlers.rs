@@ -1,5 +1,5 @@
-//! The endpoints. Each takes its request in through [`super::intake`], parses and validates
-//! it, runs the engine, and maps the result to a status code and an answer.
+//! The endpoints. Each takes its request in through [`super::intake`], then runs the answer
+//! path it shares with the CLI ([`crate::answer`]) and maps the result to a status code.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +13,11 @@ use super::errors::ApiError;
 use super::intake::{run_limited, BodySeen, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
-use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
-use crate::model::{AllocateBody, BodyError, Server};
-use crate::validate::{validate_allocate, validate_server_list, FieldError};
-use crate::wire::{parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body};
+use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
+use crate::engine::{Allocation, Engine, StepsFormat};
+use crate::model::AllocateBody;
+use crate::validate::FieldError;
+use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
 
 fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
@@ -29,32 +30,14 @@ fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outco
     response
 }
 
-fn body_error(e: BodyError) -> ApiError {
-    match e {
-        BodyError::Malformed(m) => ApiError::Malformed(m),
-        BodyError::Invalid(errors) => ApiError::InvalidParameters(errors),
-    }
-}
-
-/// Refuses requests that ask for more work than the limits allow.
-fn check_size(app: &AppState, servers: &[Server]) -> Result<(), ApiError> {
-    let limits = app.limits();
-    if servers.len() > limits.max_servers {
-        return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
-            "servers",
-            format!("{} servers given; the limit is {}", servers.len(), limits.max_servers),
-        )]));
-    }
-    for (i, s) in servers.iter().enumerate() {
-        let n = s.vms.as_obj().map_or(0, |m| m.len());
-        if n > limits.max_vms_per_server {
-            return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
-                format!("servers[{i}].vms"),
-                format!("{n} VMs given; the limit is {}", limits.max_vms_per_server),
-            )]));
+impl From<AnswerError> for ApiError {
+    fn from(e: AnswerError) -> ApiError {
+        match e {
+            AnswerError::Malformed(m) => ApiError::Malformed(m),
+            AnswerError::Invalid(errors) => ApiError::InvalidParameters(errors),
+            AnswerError::Internal(m) => ApiError::Internal(m),
         }
     }
-    Ok(())
 }
 
 /// The answer, with the body's size and digest attached for the request log.
@@ -66,56 +49,13 @@ fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Respon
     response
 }
 
-/// CNAPI's 409 reason: the last step's `*` reason, else its name with the first letter
-/// lower-cased and `no ` before a leading `servers `.
-pub fn failure_reason(steps: &[Step]) -> String {
-    let (name, star) = match steps.last() {
-        Some(step) => (step.name, step.reasons.get("*").filter(|r| !r.is_empty())),
-        None => ("Received by DAPI", None),
-    };
-    if let Some(star) = star {
-        return star.to_string();
-    }
-    let mut chars = name.chars();
-    let lowered: String = chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default();
-    if lowered.starts_with("servers ") {
-        format!("no {lowered}")
-    } else {
-        lowered
-    }
-}
-
 /// The status and log outcome of an allocation.
 fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
     let servers = body.servers.len();
-    match allocation.chosen {
-        Some(id) => (StatusCode::OK, Outcome::Allocated { servers, uuid: body.servers[id].reason_key() }),
-        None => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: failure_reason(&allocation.steps) }),
+    match Verdict::of(body, allocation) {
+        Verdict::Chosen { uuid } => (StatusCode::OK, Outcome::Allocated { servers, uuid }),
+        Verdict::NoFit { reason } => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason }),
     }
-}
-
-/// The answer's body (200: server and steps; 409: CNAPI's error and the steps), appended
-/// to `out`, with `part_done` called after each step.
-fn write_allocation(
-    body: &AllocateBody<'_>,
-    allocation: &Allocation,
-    format: StepsFormat,
-    out: &mut Vec<u8>,
-    part_done: &mut dyn FnMut(&mut Vec<u8>),
-) -> Result<(), ApiError> {
-    if allocation.chosen.is_some() {
-        return allocation
-            .write_answer(&body.raw_servers, &body.servers, format, out, part_done)
-            .map_err(|e| ApiError::Internal(e.to_string()));
-    }
-    // {"code", "message", "steps"}, written the way the 200 answer is.
-    let reason = failure_reason(&allocation.steps);
-    out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
-    write_json_str(out, &format!("No compute resources available: {reason}"));
-    out.extend_from_slice(br#","steps":"#);
-    allocation.steps_view(&body.servers, format).write_json_in_parts(out, part_done);
-    out.push(b'}');
-    Ok(())
 }
 
 /// An answer's body: whole, or (big ones) sent while it is written.
@@ -140,18 +80,16 @@ fn allocate_body<'a, T>(
     received: &'a Received,
     reply: &mut Reply<T>,
 ) -> Result<(AllocateBody<'a>, Allocation), ApiError> {
-    let parsed = match received {
+    let mut request = match received {
         Received::Whole(bytes) => parse_allocate_body(bytes),
         Received::Arriving(body) => parse_arriving_allocate_body(body),
-    };
-    let mut request = parsed.map_err(body_error)?;
+    }
+    .map_err(AnswerError::from)?;
     reply.computing();
     if reply.abandoned() {
         return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
     }
-    check_size(app, &request.servers)?;
-    validate_allocate(&mut request).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
-    let allocation = engine.allocate(&request).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let allocation = answer::decide(engine, &app.limits(), &mut request)?;
     app.metrics.record_steps(&allocation.steps);
     Ok((request, allocation))
 }
@@ -166,16 +104,18 @@ fn reply_allocation(
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
 ) {
     let (status, outcome) = outcome_of(request, allocation);
-    let size = allocation.answer_size_hint(request.servers.len(), format);
+    // The service's no-fit answer is CNAPI's 409 error body.
+    let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
+    let size = answer::answer_size_hint(request, allocation, format);
     if size < STREAM_FROM {
         let mut out = Vec::with_capacity(size);
-        let written = write_allocation(request, allocation, format, &mut out, &mut |_| {});
-        return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)));
+        let written = answer::write_allocation(request, allocation, options, &mut out, &mut |_| {});
+        return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)).map_err(ApiError::from));
     }
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
-    match write_allocation(request, allocation, format, &mut out, &mut |out| parts.part_done(out, false)) {
+    match answer::write_allocation(request, allocation, options, &mut out, &mut |out| parts.part_done(out, false)) {
         Ok(()) => {
             parts.part_done(&mut out, true);
             if !parts.delivered() {
@@ -183,8 +123,8 @@ fn reply_allocation(
             }
         }
         Err(e) => {
-            tracing::error!(error = ?e, "could not finish a streamed answer");
-            parts.fail(&format!("{e:?}"));
+            tracing::error!(error = %e, "could not finish a streamed answer");
+            parts.fail(&e.to_string());
         }
     }
 }
@@ -273,12 +213,8 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, reply| {
         let result = (|| {
             let bytes = received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
-            let (_, servers) = parse_capacity_body(bytes).map_err(body_error)?;
-            check_size(&app2, &servers)?;
-            validate_server_list(&servers).map_err(|e| ApiError::InvalidParameters(vec![e]))?;
-            let capacity = engine.capacity(&servers).map_err(|e| ApiError::Internal(e.to_string()))?;
-            let out = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| ApiError::Internal(e.to_string()))?;
-            Ok((out, servers.len()))
+            let answer = answer::capacity(&engine, &app2.limits(), bytes)?;
+            Ok((answer.body, answer.servers))
         })();
         reply.send(result);
     })
@@ -308,7 +244,7 @@ pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
         }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "config reload refused; keeping the running config");
-            ApiError::ConfigRejected(e).into_response()
+            ApiError::ConfigRejected(e.to_string()).into_response()
         }
         Err(join) => ApiError::Internal(format!("reload failed unexpectedly: {join}")).into_response(),
     }
@@ -349,36 +285,4 @@ pub async fn not_found(uri: axum::http::Uri) -> ApiError {
 
 pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError::MethodNotAllowed(format!("{method} is not supported on {}", uri.path()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::Reasons;
-
-    fn step(name: &'static str, star: Option<&str>) -> Step {
-        let mut reasons = Reasons::default();
-        if let Some(s) = star {
-            reasons.all(s.to_string());
-        }
-        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, input: None, elapsed: Duration::ZERO }
-    }
-
-    #[test]
-    fn the_409_reason_follows_cnapi() {
-        assert_eq!(
-            failure_reason(&[step("Servers with enough unreserved RAM", None)]),
-            "no servers with enough unreserved RAM"
-        );
-        assert_eq!(failure_reason(&[step("Forced failure", None)]), "forced failure");
-        assert_eq!(
-            failure_reason(&[step("Servers with requested hard locality considered", Some("exclude: inst==x"))]),
-            "exclude: inst==x"
-        );
-        assert_eq!(failure_reason(&[]), "received by DAPI");
-        assert_eq!(
-            failure_reason(&[step("Add VMs which have open provisioning tickets", None)]),
-            "add VMs which have open provisioning tickets"
-        );
-    }
 }

@@ -29,9 +29,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 pub use errors::ApiError;
-pub use handlers::failure_reason;
 
-use crate::config::{Limits, ServiceConfig};
+use crate::config::{ConfigError, Limits, ServiceConfig};
 use crate::engine::Engine;
 use metrics::Metrics;
 
@@ -67,7 +66,7 @@ pub struct AppState {
 
 impl AppState {
     /// Builds the state; fails (naming what to fix) when the config's engine is invalid.
-    pub fn new(config: ServiceConfig, config_file: Option<PathBuf>) -> Result<AppState, String> {
+    pub fn new(config: ServiceConfig, config_file: Option<PathBuf>) -> Result<AppState, ConfigError> {
         let engine = Arc::new(config.engine()?);
         let permits = Arc::new(Semaphore::new(config.limits.max_concurrent_allocations));
         Ok(AppState {
@@ -109,9 +108,8 @@ impl AppState {
 
     /// Re-reads the config (file and environment); a valid one replaces the engine for new
     /// requests, an invalid one is refused and the old one stays.
-    pub fn reload(&self) -> Result<String, String> {
-        let path = self.config_file.as_ref().map(|p| p.to_string_lossy().into_owned());
-        let config = ServiceConfig::from_process(path.as_deref())?;
+    pub fn reload(&self) -> Result<String, ConfigError> {
+        let config = ServiceConfig::from_process(self.config_file.as_deref())?;
         let engine = Arc::new(config.engine()?);
         let digest = config.digest();
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());

@@ -1,0 +1,309 @@
+//! One answer path for the service and the command line.
+//!
+//! A request goes: parse (the caller's part: `POST /allocate` may parse a big body while it
+//! arrives) → limits → validation → the engine → the answer's bytes. `POST /allocate` and
+//! `dapi allocate` both call [`decide`] and [`write_allocation`] (the CLI through
+//! [`allocate`]); `POST /capacity` and `dapi capacity` both call [`capacity`]. The two
+//! front ends differ only where they say so:
+//!
+//! * no fit: the service answers 409 with CNAPI's error body ([`NoFitBody::Error`]); the
+//!   CLI prints `{"server": null, "steps": [...]}` ([`NoFitBody::NullServer`]), the form the
+//!   recorded-case checkers read;
+//! * the service may send a big answer in parts while it is written (`part_done`).
+
+use std::fmt;
+
+use crate::config::Limits;
+use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
+use crate::model::{AllocateBody, BodyError, Server};
+use crate::validate::{validate_allocate, validate_server_list, FieldError};
+use crate::wire::{parse_allocate_body, parse_capacity_body};
+
+/// Why a request was not answered with an allocation (or a capacity report).
+#[derive(Debug)]
+pub enum AnswerError {
+    /// The body is not JSON, or not of the expected shape (HTTP 400, CLI exit 2).
+    Malformed(String),
+    /// Parameters that fail validation or exceed the limits, each named (HTTP 422, CLI
+    /// exit 2).
+    Invalid(Vec<FieldError>),
+    /// A bug of ours (HTTP 500, CLI exit 1).
+    Internal(String),
+}
+
+impl AnswerError {
+    /// Whether the caller can fix it (a bad request), as opposed to our own failure.
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, AnswerError::Internal(_))
+    }
+}
+
+impl fmt::Display for AnswerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnswerError::Malformed(message) => f.write_str(message),
+            AnswerError::Invalid(errors) => {
+                for (i, e) in errors.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    write!(f, "{}: {}", e.field, e.message)?;
+                }
+                Ok(())
+            }
+            AnswerError::Internal(message) => write!(f, "internal error: {message}"),
+        }
+    }
+}
+
+impl std::error::Error for AnswerError {}
+
+impl From<BodyError> for AnswerError {
+    fn from(e: BodyError) -> AnswerError {
+        match e {
+            BodyError::Malformed(message) => AnswerError::Malformed(message),
+            BodyError::Invalid(errors) => AnswerError::Invalid(errors),
+        }
+    }
+}
+
+impl From<FieldError> for AnswerError {
+    fn from(e: FieldError) -> AnswerError {
+        AnswerError::Invalid(vec![e])
+    }
+}
+
+/// Refuses requests that ask for more work than the limits allow.
+pub fn check_limits(limits: &Limits, servers: &[Server]) -> Result<(), AnswerError> {
+    if servers.len() > limits.max_servers {
+        return Err(FieldError::invalid(
+            "servers",
+            format!("{} servers given; the limit is {}", servers.len(), limits.max_servers),
+        )
+        .into());
+    }
+    for (i, s) in servers.iter().enumerate() {
+        let n = s.vms.as_obj().map_or(0, |m| m.len());
+        if n > limits.max_vms_per_server {
+            return Err(FieldError::invalid(
+                format!("servers[{i}].vms"),
+                format!("{n} VMs given; the limit is {}", limits.max_vms_per_server),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Checks a parsed request (limits, then CNAPI's validations, which may rewrite a few of
+/// its fields) and runs the engine on it.
+pub fn decide(engine: &Engine, limits: &Limits, request: &mut AllocateBody<'_>) -> Result<Allocation, AnswerError> {
+    check_limits(limits, &request.servers)?;
+    validate_allocate(request)?;
+    engine.allocate(request).map_err(|e| AnswerError::Internal(e.to_string()))
+}
+
+/// What an allocation decided: HTTP 200 or 409.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// A server was chosen; its uuid (or what stands for it in reasons).
+    Chosen { uuid: String },
+    /// No server fits; CNAPI's reason, as in the 409 message.
+    NoFit { reason: String },
+}
+
+impl Verdict {
+    pub fn of(request: &AllocateBody<'_>, allocation: &Allocation) -> Verdict {
+        match allocation.chosen {
+            Some(id) => Verdict::Chosen { uuid: request.servers[id].reason_key() },
+            None => Verdict::NoFit { reason: failure_reason(&allocation.steps) },
+        }
+    }
+
+    /// The HTTP status the service answers with.
+    pub fn status(&self) -> u16 {
+        match self {
+            Verdict::Chosen { .. } => 200,
+            Verdict::NoFit { .. } => 409,
+        }
+    }
+}
+
+/// How a no-fit answer is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NoFitBody {
+    /// `{"code": "NoAllocatableServersError", "message": ..., "steps": [...]}`, the body of
+    /// the service's 409 (CNAPI's error).
+    #[default]
+    Error,
+    /// `{"server": null, "steps": [...]}`, the shape of a 200 answer with no server: what
+    /// the CLI prints, so that one reader handles both outcomes.
+    NullServer,
+}
+
+/// How to write an allocation's answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AnswerOptions {
+    pub steps: StepsFormat,
+    pub no_fit: NoFitBody,
+}
+
+/// CNAPI's 409 reason: the last step's `*` reason, else its name with the first letter
+/// lower-cased and `no ` before a leading `servers `.
+pub fn failure_reason(steps: &[Step]) -> String {
+    let (name, star) = match steps.last() {
+        Some(step) => (step.name, step.reasons.get("*").filter(|r| !r.is_empty())),
+        None => ("Received by DAPI", None),
+    };
+    if let Some(star) = star {
+        return star.to_string();
+    }
+    let mut chars = name.chars();
+    let lowered: String = chars.next().map(|c| c.to_lowercase().chain(chars).collect()).unwrap_or_default();
+    if lowered.starts_with("servers ") {
+        format!("no {lowered}")
+    } else {
+        lowered
+    }
+}
+
+/// Roughly how many bytes [`write_allocation`] writes (to size buffers, and to decide
+/// whether the service sends the answer in parts).
+pub fn answer_size_hint(request: &AllocateBody<'_>, allocation: &Allocation, format: StepsFormat) -> usize {
+    allocation.answer_size_hint(request.servers.len(), format)
+}
+
+/// The answer's body appended to `out`, with `part_done` called after each step (the
+/// service sends what is written so far when it is big enough).
+pub fn write_allocation(
+    request: &AllocateBody<'_>,
+    allocation: &Allocation,
+    options: AnswerOptions,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), AnswerError> {
+    if allocation.chosen.is_some() || options.no_fit == NoFitBody::NullServer {
+        return allocation
+            .write_answer(&request.raw_servers, &request.servers, options.steps, out, part_done)
+            .map_err(|e| AnswerError::Internal(e.to_string()));
+    }
+    // {"code", "message", "steps"}, written the way the 200 answer is.
+    let reason = failure_reason(&allocation.steps);
+    out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
+    write_json_str(out, &format!("No compute resources available: {reason}"));
+    out.extend_from_slice(br#","steps":"#);
+    allocation.steps_view(&request.servers, options.steps).write_json_in_parts(out, part_done);
+    out.push(b'}');
+    Ok(())
+}
+
+/// A whole answer: what was decided and the body.
+#[derive(Debug)]
+pub struct Answer {
+    pub verdict: Verdict,
+    pub body: Vec<u8>,
+}
+
+/// Parses, checks, allocates and writes the answer of one whole body (the CLI's path; the
+/// service runs the same steps, parsing its own way and writing big answers in parts).
+pub fn allocate(engine: &Engine, limits: &Limits, body: &[u8], options: AnswerOptions) -> Result<Answer, AnswerError> {
+    let mut request = parse_allocate_body(body)?;
+    let allocation = decide(engine, limits, &mut request)?;
+    let mut out = Vec::with_capacity(answer_size_hint(&request, &allocation, options.steps));
+    write_allocation(&request, &allocation, options, &mut out, &mut |_| {})?;
+    Ok(Answer { verdict: Verdict::of(&request, &allocation), body: out })
+}
+
+/// A capacity report: the answer's body and how many servers were asked about.
+#[derive(Debug)]
+pub struct CapacityAnswer {
+    pub servers: usize,
+    pub body: Vec<u8>,
+}
+
+/// Parses, checks and answers one `POST /capacity` body (`{servers: [...]}` or a bare
+/// array of servers).
+pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<CapacityAnswer, AnswerError> {
+    let (_, servers) = parse_capacity_body(body)?;
+    check_limits(limits, &servers)?;
+    validate_server_list(&servers)?;
+    let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    let body = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    Ok(CapacityAnswer { servers: servers.len(), body })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::Reasons;
+
+    fn step(name: &'static str, star: Option<&str>) -> Step {
+        let mut reasons = Reasons::default();
+        if let Some(s) = star {
+            reasons.all(s.to_string());
+        }
+        Step { plugin: "x", name, remaining: vec![], reasons, received: 1, input: None, elapsed: Duration::ZERO }
+    }
+
+    #[test]
+    fn the_409_reason_follows_cnapi() {
+        assert_eq!(
+            failure_reason(&[step("Servers with enough unreserved RAM", None)]),
+            "no servers with enough unreserved RAM"
+        );
+        assert_eq!(failure_reason(&[step("Forced failure", None)]), "forced failure");
+        assert_eq!(
+            failure_reason(&[step("Servers with requested hard locality considered", Some("exclude: inst==x"))]),
+            "exclude: inst==x"
+        );
+        assert_eq!(failure_reason(&[]), "received by DAPI");
+        assert_eq!(
+            failure_reason(&[step("Add VMs which have open provisioning tickets", None)]),
+            "add VMs which have open provisioning tickets"
+        );
+    }
+
+    fn engine_and_limits() -> (Engine, Limits) {
+        let config = crate::config::ServiceConfig::load(None, Vec::new()).expect("built-in config");
+        (config.engine().expect("engine"), config.limits)
+    }
+
+    fn example() -> Vec<u8> {
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/allocate.json")).expect("example")
+    }
+
+    #[test]
+    fn no_fit_is_written_as_the_409_body_or_with_a_null_server() {
+        let (engine, limits) = engine_and_limits();
+        let mut body: serde_json::Value = serde_json::from_slice(&example()).expect("json");
+        body["vm"]["ram"] = serde_json::json!(100_000_000);
+        let bytes = serde_json::to_vec(&body).expect("json");
+        let as_409 = allocate(&engine, &limits, &bytes, AnswerOptions::default()).expect("answered");
+        assert!(matches!(as_409.verdict, Verdict::NoFit { .. }), "{:?}", as_409.verdict);
+        assert_eq!(as_409.verdict.status(), 409);
+        let options = AnswerOptions { no_fit: NoFitBody::NullServer, ..AnswerOptions::default() };
+        let as_cli = allocate(&engine, &limits, &bytes, options).expect("answered");
+        let (e, c): (serde_json::Value, serde_json::Value) =
+            (serde_json::from_slice(&as_409.body).expect("json"), serde_json::from_slice(&as_cli.body).expect("json"));
+        assert_eq!(e["code"], "NoAllocatableServersError");
+        let Verdict::NoFit { reason } = &as_409.verdict else { unreachable!() };
+        assert_eq!(e["message"], format!("No compute resources available: {reason}"));
+        assert_eq!(c["server"], serde_json::Value::Null);
+        assert_eq!(e["steps"], c["steps"]);
+    }
+
+    #[test]
+    fn limits_apply_before_validation() {
+        let (engine, mut limits) = engine_and_limits();
+        limits.max_servers = 1;
+        let err = allocate(&engine, &limits, &example(), AnswerOptions::default()).expect_err("over the limit");
+        assert!(err.is_caller_error());
+        assert!(err.to_string().starts_with("servers: 4 servers given; the limit is 1"), "{err}");
+        let err = capacity(&engine, &limits, &example()).expect_err("over the limit");
+        assert!(err.to_string().starts_with("servers: "), "{err}");
+        let err = allocate(&engine, &limits, b"{", AnswerOptions::default()).expect_err("not JSON");
+        assert!(matches!(err, AnswerError::Malformed(_)), "{err:?}");
+    }
+}
