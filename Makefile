@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench load soak docker clean
+.PHONY: help build run test lint conformance openapi bench load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -50,6 +50,9 @@ load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 
 soak: build ## bounded soak test over loopback (3 minutes)
 	python3 scripts/soak.py --minutes 3
+
+fuzz: ## every fuzz target for FUZZ_SECONDS each (default 180; installs cargo-fuzz)
+	sh scripts/fuzz.sh $(or $(FUZZ_SECONDS),180)
 
 docker: ## container image running dapi serve on port 8080
 	docker build -t dapi .
