@@ -15,6 +15,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
 use crate::config::{ConfigError, ServiceConfig};
 use crate::engine::{Engine, StepsFormat};
+use crate::explain::ExplainOptions;
 
 const CONFIG_HELP: &str = "\
 Configuration (later layers win, key by key):
@@ -75,6 +76,13 @@ CNAPI server objects (with their \"vms\").
 Output: {\"capacities\": {uuid: {\"cpu\", \"ram\", \"disk\"}}, \"reasons\": {...}}: cpu in
 percent of one core, ram and disk in MiB; reasons say why servers were left out.";
 
+const EXPLAIN_HELP: &str = "\
+Runs the plugin chain on one request, as `dapi allocate --explain` does, and prints a
+report for people: the servers removed grouped by cause (with the one that fell
+shortest), the best candidates with their score broken down by scorer, and each
+server asked about with --server (where it left, the reason, the shortfall in MiB or
+CPU units). Colour when standard output is a terminal (not with NO_COLOR set).";
+
 const SERVE_HELP: &str = "\
 Serves the HTTP API on the configured listen address (127.0.0.1:8080 unless set):
 POST /allocate, POST /capacity, GET /ping, GET /metrics, GET /openapi.json,
@@ -112,6 +120,25 @@ enum Command {
         /// How each step lists servers
         #[arg(long, value_enum, default_value_t = Steps::Full)]
         steps: Steps,
+        /// Add an "explain" member: where each server left and by how much it fell short,
+        /// score breakdowns and ranks, causes grouped (the rest of the answer is unchanged)
+        #[arg(long)]
+        explain: bool,
+        /// Explain only these servers (implies --explain; joins the body's "why_not")
+        #[arg(long = "why-not", value_name = "UUID")]
+        why_not: Vec<String>,
+        /// The request: a JSON file, or - for standard input
+        #[arg(value_name = "REQUEST")]
+        request: PathBuf,
+    },
+    /// Explain an allocation in words: why this server, why not the others
+    #[command(long_about = EXPLAIN_HELP, after_long_help = CONFIG_HELP)]
+    Explain {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A server to explain in detail (repeatable; joins the body's "why_not")
+        #[arg(long = "server", value_name = "UUID")]
+        servers: Vec<String>,
         /// The request: a JSON file, or - for standard input
         #[arg(value_name = "REQUEST")]
         request: PathBuf,
@@ -250,12 +277,21 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Serve(ConfigArg { config }) => serve(config),
-        Command::Allocate { config, steps, request } => {
+        Command::Allocate { config, steps, explain, why_not, request } => {
             let (config, engine) = config.load()?;
             let body = read_input(&request)?;
             // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
             let options = AnswerOptions { steps: steps.into(), no_fit: NoFitBody::NullServer };
-            print(answer::allocate(&engine, &config.limits, &body, options)?.body)
+            let explain = (explain || !why_not.is_empty()).then(|| explain_options(why_not));
+            print(answer::allocate_explained(&engine, &config.limits, &body, options, explain)?.body)
+        }
+        Command::Explain { config, servers, request } => {
+            use std::io::IsTerminal;
+            let (config, engine) = config.load()?;
+            let body = read_input(&request)?;
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let text = answer::explain_report(&engine, &config.limits, &body, explain_options(servers), colour)?;
+            print(text.into_bytes())
         }
         Command::Capacity { config, servers } => {
             let (config, engine) = config.load()?;
@@ -264,6 +300,15 @@ fn run(command: Command) -> Result<(), CliError> {
         }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),
     }
+}
+
+/// Explain options asking about `uuids` (every server when there are none).
+fn explain_options(uuids: Vec<String>) -> ExplainOptions {
+    let mut options = ExplainOptions::default();
+    if !uuids.is_empty() {
+        options.ask_about(uuids);
+    }
+    options
 }
 
 /// The bytes of `input`: a file, or standard input for `-`.
