@@ -424,9 +424,9 @@ pub fn report(explain: &Explain, asked: bool, colour: bool) -> String {
     );
     match &explain.winner {
         Some(w) => {
-            let _ = write!(out, "{} {} (score {}", bold("Chosen:"), paint("32", &w.server), fmt_num(w.score));
+            let _ = write!(out, "{} {} (score {}", bold("Chosen:"), paint("32", &w.server), short(w.score));
             if let (Some(m), Some(r)) = (w.margin, &w.runner_up) {
-                let _ = write!(out, ", {} ahead of {r}", fmt_num(m));
+                let _ = write!(out, ", {} ahead of {r}", short(m));
             }
             out.push_str(")\n");
         }
@@ -463,6 +463,15 @@ pub fn report(explain: &Explain, asked: bool, colour: bool) -> String {
         }
     }
     out
+}
+
+/// A number for people: at most four decimals.
+fn short(n: f64) -> String {
+    if n.fract() == 0.0 || !n.is_finite() {
+        return fmt_num(n);
+    }
+    let text = format!("{n:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) -> String) {
@@ -507,9 +516,12 @@ fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) 
                             Value::String(text) => text.clone(),
                             other => other.to_string(),
                         };
-                        [p.plugin.to_string(), raw, format!("{} × {}", fmt_num(p.normalised), fmt_num(p.weight)), {
-                            format!("+{}", fmt_num(p.contribution))
-                        }]
+                        [
+                            p.plugin.to_string(),
+                            raw,
+                            format!("{} × {}", short(p.normalised), short(p.weight)),
+                            format!("+{}", short(p.contribution)),
+                        ]
                     })
                     .collect();
                 let mut block = String::new();

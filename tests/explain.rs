@@ -268,3 +268,28 @@ async fn over_http_explain_is_added_to_200_and_409_and_why_not_restricts() {
     assert_eq!(r.status, 422);
     assert!(String::from_utf8_lossy(&r.body).contains("explain"));
 }
+
+/// `dapi explain`'s report on `examples/allocate-filtered.json` (not a terminal: no colour),
+/// against `tests/golden/explain-filtered.txt`. `DAPI_BLESS=1` rewrites the golden file.
+#[test]
+fn the_explain_report_matches_its_golden_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        .args(["explain", "examples/allocate-filtered.json"])
+        .args(["--server", "5428b803-d510-42f6-a4b8-41e60dbe6bc1"])
+        .args(["--server", "c95613ef-1071-46da-8467-3e230ee06e0b"])
+        .args(["--server", "00000000-0000-0000-0000-000000000000"])
+        .current_dir(root)
+        .env_remove("DAPI_CONFIG")
+        .output()
+        .expect("dapi runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let golden = root.join("tests/golden/explain-filtered.txt");
+    if std::env::var_os("DAPI_BLESS").is_some() {
+        std::fs::write(&golden, &out.stdout).expect("golden file written");
+    }
+    let want = std::fs::read_to_string(&golden).expect("tests/golden/explain-filtered.txt");
+    let got = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(!got.contains('\x1b'), "colour on a pipe");
+    assert_eq!(got, want, "the report changed; DAPI_BLESS=1 rewrites the golden file when that is intended");
+}
