@@ -46,7 +46,13 @@ fn cases() -> &'static [Case] {
 
 /// A random JSON value of any type, including awkward numbers.
 fn random_value(rng: &mut StdRng) -> Value {
-    match rng.gen_range(0..10) {
+    match rng.gen_range(0..14) {
+        // Falsy values CNAPI's truthy-only checks let through, and a uuid in an array (which
+        // passes a regex test on its string form).
+        10 => json!(0),
+        11 => json!(false),
+        12 => json!(["0a000000-0000-4000-8000-000000000001"]),
+        13 => json!({"near": [["0a000000-0000-4000-8000-000000000001"]], "strict": true}),
         0 => Value::Null,
         1 => json!(rng.gen::<bool>()),
         2 => json!(-rng.gen_range(0..1_000_000)),

@@ -43,6 +43,8 @@ pub struct ServerState {
     pub zone_quota_added_bytes: f64,
     /// Added to `disk_kvm_zvol_volsize_bytes` for ticketed KVM VMs.
     pub kvm_zvol_added_bytes: f64,
+    /// Each sysinfo NIC (physical and virtual) carries its `interface` name in the answer.
+    pub nics_named: bool,
 }
 
 /// The package after massaging (`PIPELINE.md` §3.2) and any overriding: ratios under their
@@ -281,6 +283,11 @@ impl<'r> Request<'r> {
     /// Writes [`Data::Unreserved`](super::plugin::Data::Unreserved).
     pub fn set_unreserved(&mut self, id: ServerId, unreserved: Unreserved) {
         self.state[id].unreserved = Some(unreserved);
+    }
+
+    /// Writes [`Data::NicNames`](super::plugin::Data::NicNames).
+    pub fn name_nics(&mut self, id: ServerId) {
+        self.state[id].nics_named = true;
     }
 
     /// Writes [`Data::Ratios`](super::plugin::Data::Ratios): the server's effective

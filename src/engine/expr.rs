@@ -160,6 +160,7 @@ fn describe(data: Data) -> &'static str {
         Data::Locality => "the locality derived from affinity",
         Data::CpuCap => "the VM's CPU cap",
         Data::Scores => "the scores",
+        Data::NicNames => "the NICs' interface names",
     }
 }
 

@@ -139,6 +139,31 @@ pub fn validate_image(image: &Image) -> Option<String> {
     None
 }
 
+/// dapi's own image checks, after [`validate_image`]: the sizes the original meant to
+/// type-check (its `min_ram`/`max_ram` checks read camel-case keys and never fired, and
+/// `image_size` was checked only when truthy) must be non-negative numbers when present
+/// (`null` counts as absent).
+pub fn validate_image_extensions(image: &Image) -> Option<String> {
+    let requirements = match &image.requirements {
+        r @ Js::Obj(_) => r,
+        _ => &Js::Undefined,
+    };
+    let sizes = [
+        ("image_size", &image.image_size_mib),
+        ("requirements.min_ram", requirements.get("min_ram")),
+        ("requirements.max_ram", requirements.get("max_ram")),
+    ];
+    for (name, value) in sizes {
+        match value {
+            Js::Undefined | Js::Null => {}
+            Js::Num(n) if *n < 0.0 => return Some(format!(r#""image.{name}" must not be negative"#)),
+            Js::Num(_) => {}
+            _ => return Some(format!(r#""image.{name}" is not a number"#)),
+        }
+    }
+    None
+}
+
 /// Replaces JSON text by the value it encodes, as the original did to package fields.
 fn parse_in_place(value: &mut Js) -> Result<(), ()> {
     if let Js::Str(text) = value {
@@ -290,6 +315,26 @@ pub fn validate_vm_extensions(vm: &VmPayload) -> Option<String> {
     }
     if !matches!(vm.vcpus, Js::Undefined | Js::Null | Js::Num(_)) {
         return Some(r#"VM "vcpus" is not a number"#.into());
+    }
+    // CNAPI checks these only when truthy; the plugins then assert what CNAPI let through
+    // (and the original crashed): a present `affinity` must be an array, a present non-null
+    // `locality` an object, the owner a uuid *string* (an array passes CNAPI's regex test),
+    // and `near`/`far` entries strings.
+    if !vm.affinity.is_undefined() && !vm.affinity.truthy() {
+        return Some(r#"VM "affinity" is not an array"#.into());
+    }
+    if !matches!(vm.locality, Js::Undefined | Js::Null) && !vm.locality.truthy() {
+        return Some(r#"VM "locality" is has wrong type"#.into());
+    }
+    if vm.owner_uuid.as_str().is_none() {
+        return Some(r#"VM "owner_uuid" is not a valid UUID"#.into());
+    }
+    for name in ["near", "far"] {
+        if let Js::Arr(items) = vm.locality.get(name) {
+            if items.iter().any(|u| u.as_str().is_none()) {
+                return Some(format!(r#"VM "locality.{name}" contains an malformed UUID"#));
+            }
+        }
     }
     // Negative sizes are nonsense the original let through (they fit anywhere).
     for (name, value) in

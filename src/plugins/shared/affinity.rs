@@ -109,6 +109,15 @@ struct Resolver<'a> {
 
 const ALL_ACTIVE_FIELDS: &[&str] = &["uuid", "alias", "internal_metadata", "docker"];
 
+/// `ListVms` as VMAPI would answer it: VMAPI knows VMs by uuid, so a VM sent under another
+/// key (its server leaves at the validity step) is not listed and cannot become a
+/// locality hint.
+fn listed(index: &VmIndex, q: &ListQuery<'_>) -> Vec<Js> {
+    let mut vms = index.list(q);
+    vms.retain(|vm| vm.get("uuid").as_str().is_some_and(super::locality::is_uuid));
+    vms
+}
+
 fn uuids_of(vms: &[Js]) -> Vec<String> {
     vms.iter().map(|vm| vm.get("uuid").to_js_string()).collect()
 }
@@ -138,7 +147,7 @@ impl Resolver<'_> {
             predicate: Some(predicate),
             fields: &["uuid", "alias", "tags"],
         };
-        self.index.list(&q)
+        listed(self.index, &q)
     }
 
     fn by_tag_glob(&self, aff: &Affinity, value: &str) -> Vec<String> {
@@ -191,7 +200,7 @@ impl Resolver<'_> {
                 predicate: Some(Predicate::eq("alias", aff.value.as_str())),
                 fields: &["uuid", "alias"],
             };
-            let found = self.index.list(&q);
+            let found = listed(self.index, &q);
             if !found.is_empty() {
                 return Ok(uuids_of(&found));
             }
@@ -203,7 +212,7 @@ impl Resolver<'_> {
     fn all_active(&mut self) -> &[Js] {
         let (owner, index) = (self.owner, self.index);
         self.all_active.get_or_insert_with(|| {
-            index.list(&ListQuery { owner, active: true, predicate: None, fields: ALL_ACTIVE_FIELDS })
+            listed(index, &ListQuery { owner, active: true, predicate: None, fields: ALL_ACTIVE_FIELDS })
         })
     }
 
@@ -293,6 +302,16 @@ mod tests {
 
     fn loc(text: &str) -> Result<Option<Js>, String> {
         Ok(Some(serde_json::from_str(text).expect("locality")))
+    }
+
+    #[test]
+    fn vms_not_keyed_by_uuid_are_never_hints() {
+        let idx =
+            index(json!({"web1": {"owner_uuid": OWNER, "alias": "web1", "state": "running", "tags": {"role": "web"}}}));
+        assert_eq!(run(&idx, &[aff("instance", "!=", "web1", "exact", false)]), Ok(None));
+        assert_eq!(run(&idx, &[aff("role", "!=", "web", "exact", false)]), Ok(None));
+        assert_eq!(run(&idx, &[aff("role", "!=", "/w/", "re", false)]), Ok(None));
+        assert!(run(&idx, &[aff("instance", "==", "web*", "glob", false)]).is_err());
     }
 
     #[test]
