@@ -163,6 +163,22 @@ async fn metrics_count_requests_and_plugins() {
     assert!(text.contains("dapi_http_requests_total{endpoint=\"/allocate\",status=\"200\"} 1"), "{text}");
     assert!(text.contains("dapi_http_request_duration_seconds_count{endpoint=\"/allocate\"} 1"));
     assert!(text.contains("dapi_plugin_servers_removed_total{plugin=\"hard-filter-setup\"}"));
+    // Latency buckets reach the request timeout (30 s by default).
+    assert!(text.contains("dapi_http_request_duration_seconds_bucket{endpoint=\"/allocate\",le=\"30\"} 1"), "{text}");
+    let value = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(-1.0)
+    };
+    // This scrape is the one request in flight; no allocation holds a permit.
+    assert_eq!(value("dapi_http_requests_in_flight"), 1.0, "{text}");
+    assert_eq!(value("dapi_allocation_permits_in_use"), 0.0);
+    assert!(value("dapi_allocation_permits") >= 4.0, "twice the cores, at least 4");
+    // The process: resident memory, descriptors, CPU time.
+    assert!(value("process_resident_memory_bytes") > 1e6, "{text}");
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let build = text.lines().find(|l| l.starts_with("dapi_build_info{")).unwrap_or_default();
+    assert!(build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))) && build.ends_with(" 1"), "{build}");
+    assert!(build.contains("git_commit=\""), "{build}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -345,7 +345,8 @@ pub async fn openapi_json() -> Response {
 /// Prometheus metrics.
 #[utoipa::path(get, tag = "dapi", path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let mut text = app.metrics.render();
+    let permits_in_use = app.max_permits.saturating_sub(app.permits.available_permits());
+    let mut text = app.metrics.render(permits_in_use);
     app.conns.render(&mut text);
     app.drains.render(&mut text);
     let mut response = (StatusCode::OK, text).into_response();
