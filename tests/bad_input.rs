@@ -242,6 +242,21 @@ fn rows() -> Vec<Row> {
             Invalid("vm", "is not a valid regular expression"),
         ),
         (
+            "affinity regex nothing to repeat",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/a**/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
+            "affinity regex octal escape",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/a\\01/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
+            "affinity regex unknown property",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/\\p{Klingon}/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
             "affinity huge regex",
             b(|r| r["vm"]["affinity"] = rule("role", "==", "/(\\w{500}){500}/", "re")),
             Invalid("vm", "is too large"),

@@ -40,6 +40,43 @@ async fn allocate_chooses_a_server_and_lists_the_steps() {
     // The same request and seed give the same answer.
     let again = post_json(s.addr, "/allocate", &req).await.json();
     assert_eq!(again["server"]["uuid"], server["uuid"]);
+    // The NIC tag filter ran: the original wrote each NIC's name into it, and so the
+    // chosen server's NICs carry `interface`.
+    let nics = server["sysinfo"]["Network Interfaces"].as_object().expect("NICs");
+    assert!(!nics.is_empty());
+    for (name, nic) in nics {
+        assert_eq!(nic["interface"], json!(name), "{nic}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_regexes_are_read_in_xregexps_dialect() {
+    let s = start(&[]).await;
+    let (owner, vm) = ("a3e2889c-795e-446b-9bd5-f6d2f09529af", "5cde1411-da97-45b4-b542-e61d30792ccd");
+    let patterns = [
+        r"/^\p{L}+-(?=\d)\d$/",
+        r"/^(\w)\pL\1-\d$/",
+        r"/^(?<first>w)\P{N}\k<first>/",
+        r"/(?n)^(w)\p{InLatin_1_Supplement}w-1$/",
+        r"/(?<=\p{Latin})w-1$/",
+        r"/(?x) ^ w # a comment
+            \p{Ll}{2} - 1 $/",
+    ];
+    for pattern in patterns {
+        let mut req = example_request();
+        req["vm"]["owner_uuid"] = json!(owner);
+        req["servers"][0]["vms"][vm]["alias"] = json!("wéw-1");
+        req["vm"]["affinity"] =
+            json!([{"key": "instance", "operator": "!=", "value": pattern, "valueType": "re", "isSoft": false}]);
+        let r = post_json(s.addr, "/allocate", &req).await;
+        assert!(r.status == 200 || r.status == 409, "{pattern}: {}", String::from_utf8_lossy(&r.body));
+        let body = r.json();
+        let excluded = body["steps"].as_array().expect("steps").iter().any(|st| {
+            st["reasons"][req["servers"][0]["uuid"].as_str().unwrap_or_default()]
+                == json!(format!("exclude: inst!={vm}"))
+        });
+        assert!(excluded, "{pattern} did not name the VM: {}", String::from_utf8_lossy(&r.body));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

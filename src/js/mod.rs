@@ -21,6 +21,7 @@
 pub mod date;
 pub mod owner_filter;
 pub mod regex;
+mod regex_blocks;
 pub mod sort;
 pub mod value;
 

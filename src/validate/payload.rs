@@ -5,7 +5,7 @@
 //! The request objects arrive typed, so "is not a hash" of the VM, image and package cannot
 //! happen here (the body reader already refused non-objects).
 
-use crate::js::regex::js_regex;
+use crate::js::regex::{self, RegexError};
 use crate::js::{string_to_number, Js};
 use crate::model::affinity::Affinity;
 use crate::model::{Image, Package, Ticket, VmPayload};
@@ -51,11 +51,11 @@ pub fn validate_affinity(affinity: &Js) -> Option<String> {
     // failing the allocation step that would reach it.
     for rule in rules {
         let Ok(affinity) = Affinity::from_js(rule) else { continue };
-        for source in affinity.patterns() {
-            if let Err(e) = js_regex(&source) {
+        for (source, dialect) in affinity.patterns() {
+            if let Err(e) = regex::compile(&source, dialect) {
                 let why = match e {
-                    regex::Error::CompiledTooBig(_) => "is too large".to_string(),
-                    _ => "is not a valid regular expression".to_string(),
+                    RegexError::TooBig => "is too large".to_string(),
+                    RegexError::Invalid(_) => "is not a valid regular expression".to_string(),
                 };
                 return Some(format!(r#""affinity.value" {} {why}"#, Js::str(&affinity.value).stringify()));
             }

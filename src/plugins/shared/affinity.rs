@@ -20,16 +20,15 @@
 //!   exact alias, else a unique Docker-id prefix (`exact`; several prefixes is the error
 //!   `Multiple matches: VALUE=[...]`).
 //!
-//! A regex is the affinity's value with its first and last characters removed, in
-//! JavaScript syntax; it is translated to the `regex` crate's syntax and compiled with tight
-//! size limits. A value that does not compile (which threw in the original) is reported as
-//! an affinity error, never a panic. So is a `null` tag value met by a regex affinity (the
+//! A regex is the affinity's value with its first and last characters removed, in XRegExp's
+//! dialect (an instance glob becomes a native RegExp), compiled by [`crate::js::regex`] with
+//! tight size and backtracking limits. A value that does not compile (which threw in the
+//! original) is reported as an affinity error, never a panic, and so is a match past the
+//! backtracking limit (where the original would have hung). So is a `null` tag value met by a regex affinity (the
 //! original threw reading it).
 
-use regex::Regex;
-
 use crate::engine::vm_index::{ListQuery, Predicate, VmIndex};
-use crate::js::regex::js_regex;
+use crate::js::regex::{self, Dialect, JsRegex, TooManySteps};
 use crate::js::{strict_eq, Js, JsObject};
 pub use crate::model::affinity::Affinity;
 
@@ -156,7 +155,7 @@ impl Resolver<'_> {
 
     fn by_tag_regex(&self, aff: &Affinity) -> Result<Vec<String>, String> {
         let tagged = self.tag_query(aff, "*");
-        let re = compile(aff, &aff.regex_source())?;
+        let re = compile(aff, &aff.regex_source(), Dialect::XRegExp)?;
         let label_key = format!("docker:label:{}", aff.key);
         let mut uuids = Vec::new();
         for vm in &tagged {
@@ -171,8 +170,8 @@ impl Resolver<'_> {
                 ));
             }
             let label = tags.get(&label_key);
-            let hit = |v: &Js| !v.is_undefined() && re.is_match(&v.to_js_string());
-            if hit(tag) || hit(label) {
+            let hit = |v: &Js| Ok::<_, TooManySteps>(!v.is_undefined() && re.is_match(&v.to_js_string())?);
+            if hit(tag).map_err(|_| too_many_steps(aff))? || hit(label).map_err(|_| too_many_steps(aff))? {
                 uuids.push(vm.get("uuid").to_js_string());
             }
         }
@@ -218,13 +217,18 @@ impl Resolver<'_> {
 
     fn full_search(&mut self, aff: &Affinity) -> Result<Vec<Js>, String> {
         match aff.value_type.as_str() {
-            "re" => {
-                let re = compile(aff, &aff.regex_source())?;
-                Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
-            }
-            "glob" => {
-                let re = compile(aff, &aff.glob_source())?;
-                Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
+            "re" | "glob" => {
+                let re = match aff.value_type.as_str() {
+                    "re" => compile(aff, &aff.regex_source(), Dialect::XRegExp)?,
+                    _ => compile(aff, &aff.glob_source(), Dialect::Native)?,
+                };
+                let mut found = Vec::new();
+                for vm in self.all_active() {
+                    if alias_matches(vm, &re).map_err(|_| too_many_steps(aff))? {
+                        found.push(vm.clone());
+                    }
+                }
+                Ok(found)
             }
             "exact" => {
                 let value = Js::str(&aff.value);
@@ -249,9 +253,14 @@ impl Resolver<'_> {
     }
 }
 
-fn alias_matches(vm: &Js, re: &Regex) -> bool {
+fn alias_matches(vm: &Js, re: &JsRegex) -> Result<bool, TooManySteps> {
     let alias = vm.get("alias");
-    alias.truthy() && re.is_match(&alias.to_js_string())
+    Ok(alias.truthy() && re.is_match(&alias.to_js_string())?)
+}
+
+/// A match past the backtracking limit (where the original would have hung).
+fn too_many_steps(aff: &Affinity) -> String {
+    format!("Regular expression in affinity \"{}\" needs too many steps to match", aff.expr())
 }
 
 /// A full lowercase uuid (`instance==<uuid>` is used without any look-up).
@@ -269,9 +278,10 @@ fn is_docker_id(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Compiles a JavaScript regex source for an affinity; failure is the affinity's error.
-fn compile(aff: &Affinity, source: &str) -> Result<Regex, String> {
-    js_regex(source).map_err(|_| format!("Invalid regular expression: /{source}/ in affinity \"{}\"", aff.expr()))
+/// Compiles an affinity's regex in the original's dialect; failure is the affinity's error.
+fn compile(aff: &Affinity, source: &str, dialect: Dialect) -> Result<JsRegex, String> {
+    regex::compile(source, dialect)
+        .map_err(|_| format!("Invalid regular expression: /{source}/ in affinity \"{}\"", aff.expr()))
 }
 
 #[cfg(test)]
