@@ -297,11 +297,18 @@ pub struct CapacityAnswer {
 /// Parses, checks and answers one `POST /capacity` body (`{servers: [...]}` or a bare
 /// array of servers).
 pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<CapacityAnswer, AnswerError> {
-    let (_, servers) = parse_capacity_body(body)?;
+    let (raw_servers, servers) = parse_capacity_body(body)?;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
+    // With `packages`: the totals and how many more VMs of each fit (crate::capacity).
+    let packages = crate::capacity::package_query(body).map_err(AnswerError::Invalid)?;
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
-    let body = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    let mut answer = capacity.answer(&servers);
+    if let Some(query) = packages {
+        answer["totals"] = crate::capacity::totals(engine, &servers);
+        answer["packages"] = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
+    }
+    let body = serde_json::to_vec(&answer).map_err(|e| AnswerError::Internal(e.to_string()))?;
     Ok(CapacityAnswer { servers: servers.len(), body })
 }
 

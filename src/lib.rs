@@ -8,6 +8,7 @@
 //!   ([`http`]) and the command line ([`cli`]).
 
 pub mod answer;
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod engine;
