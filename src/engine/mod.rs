@@ -141,6 +141,7 @@ impl Engine {
             rng,
         );
         req.raw_servers = &body.raw_servers;
+        req.raw_params = body.raw;
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;

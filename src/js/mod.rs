@@ -21,6 +21,7 @@
 pub mod date;
 pub mod owner_filter;
 pub mod regex;
+pub mod sandbox;
 pub mod sort;
 pub mod value;
 
