@@ -36,6 +36,13 @@ conformance: build ## replay recorded allocations through the CLI (vendored; als
 	else \
 		echo "conformance: no $(SHARED)/conformance/cases: replayed the vendored subset only"; \
 	fi
+	@if [ -d "$(SHARED)/conformance/custom/cases" ]; then \
+		echo "conformance: custom plugins ($(SHARED)/conformance/custom), CLI then HTTP"; \
+		DAPI_PLUGINS_DIR="$(SHARED)/conformance/custom/plugins" python3 "$(SHARED)/conformance/check.py" --strict \
+			--cmd 'target/release/dapi allocate' "$(SHARED)/conformance/custom/cases"; \
+		python3 scripts/conformance-http.py --check "$(SHARED)/conformance/check.py" \
+			--plugins-dir "$(SHARED)/conformance/custom/plugins" "$(SHARED)/conformance/custom/cases"; \
+	fi
 
 openapi: ## regenerate openapi/openapi.json
 	$(CARGO) run --release -q -- openapi > openapi/openapi.json

@@ -3,16 +3,20 @@
 //! the chosen server (its uuid, and the whole object as the original returned it), every
 //! step's name and remaining list, and every step's reasons.
 //! The full set lives in `../shared/conformance` and is replayed by `.ci/run`.
+//!
+//! `tests/conformance/custom`: a subset of the cases recorded with three custom plugins
+//! installed (their files in `plugins/`), replayed with those files loaded the way
+//! `plugins_dir` loads them.
 
 use std::path::Path;
 
-use dapi::engine::Engine;
+use dapi::engine::{Engine, Registry};
 use dapi::validate::validate_allocate;
 use dapi::wire::parse_allocate_body;
 use serde_json::Value;
 
-fn replay(case: &Value) -> Result<Value, String> {
-    let engine = Engine::from_config(&case["config"], &dapi::registry::built_in()).map_err(|e| e.to_string())?;
+fn replay(case: &Value, registry: &Registry) -> Result<Value, String> {
+    let engine = Engine::from_config(&case["config"], registry).map_err(|e| e.to_string())?;
     let body = serde_json::to_vec(&case["request"]).map_err(|e| e.to_string())?;
     let mut request = parse_allocate_body(&body).map_err(|e| format!("{e:?}"))?;
     validate_allocate(&mut request).map_err(|e| format!("{}: {}", e.field, e.message))?;
@@ -116,19 +120,32 @@ fn difference(case: &Value, got: &Value) -> Option<String> {
 #[test]
 fn vendored_cases_match_the_original() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/conformance/cases exists")
+    replay_all(&dir, &dapi::registry::built_in(), 40);
+}
+
+#[test]
+fn vendored_custom_plugin_cases_match_the_original() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/custom");
+    let (registry, custom) =
+        dapi::registry::with_custom(Some(&root.join("plugins")), Default::default()).expect("the plugins load");
+    assert_eq!(custom.map(|c| c.files.len()), Some(3));
+    replay_all(&root.join("cases"), &registry, 7);
+}
+
+fn replay_all(dir: &Path, registry: &Registry, at_least: usize) {
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .expect("the cases directory exists")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "json"))
         .collect();
     paths.sort();
-    assert!(paths.len() >= 40, "the vendored subset has at least 40 cases");
+    assert!(paths.len() >= at_least, "the vendored subset has at least {at_least} cases");
     let mut failures = Vec::new();
     for path in &paths {
         let text = std::fs::read_to_string(path).expect("readable case");
         let case: Value = serde_json::from_str(&text).expect("case is JSON");
         let name = case["name"].as_str().unwrap_or("?").to_string();
-        match replay(&case) {
+        match replay(&case, registry) {
             Ok(got) => {
                 if let Some(diff) = difference(&case, &got) {
                     failures.push(format!("{name}: {diff}"));

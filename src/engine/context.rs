@@ -14,7 +14,7 @@ use super::defaults::Defaults;
 use super::reasons::{KeyTable, ServerKey};
 use super::vm_index::VmIndex;
 use crate::js::Js;
-use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
+use crate::model::{Image, Package, RawParams, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 
 /// Index of a server in the request's `servers` list.
 pub type ServerId = usize;
@@ -107,6 +107,9 @@ pub struct Request<'r> {
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
     pub raw_servers: &'r [&'r str],
+    /// The other parameters' JSON as received, for plugins that see them whole (custom
+    /// plugins). Empty when the caller has none.
+    pub raw_params: RawParams<'r>,
     vm_index: OnceLock<VmIndex>,
     keys: OnceLock<Arc<KeyTable>>,
     /// Notes for an explained allocation; `None` (the plain path) records nothing.
@@ -202,6 +205,7 @@ impl<'r> Request<'r> {
             defaults,
             rng,
             raw_servers: &[],
+            raw_params: RawParams::default(),
             vm_index: OnceLock::new(),
             keys: OnceLock::new(),
             recorder: None,

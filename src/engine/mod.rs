@@ -152,6 +152,7 @@ impl Engine {
         if explain {
             req.record_notes();
         }
+        req.raw_params = body.raw;
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;

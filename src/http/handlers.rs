@@ -332,6 +332,7 @@ pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "config": app.config_digest(),
         "uptime_seconds": app.started.elapsed().as_secs(),
+        "plugins": app.custom_plugins(),
     });
     json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
 }

@@ -32,6 +32,7 @@ pub use errors::ApiError;
 
 use crate::config::{ConfigError, Limits, ServiceConfig};
 use crate::engine::Engine;
+use crate::plugins::custom_js::CustomSet;
 use metrics::Metrics;
 
 /// What a request ended with, for its log line.
@@ -47,6 +48,8 @@ pub enum Outcome {
 struct Loaded {
     engine: Arc<Engine>,
     config: Arc<ServiceConfig>,
+    /// The custom plugins the engine was built with.
+    custom: Option<Arc<CustomSet>>,
 }
 
 /// State shared by every request.
@@ -68,12 +71,13 @@ pub struct AppState {
 impl AppState {
     /// Builds the state; fails (naming what to fix) when the config's engine is invalid.
     pub fn new(config: ServiceConfig, config_file: Option<PathBuf>) -> Result<AppState, ConfigError> {
-        let engine = Arc::new(config.engine()?);
+        let (engine, custom) = config.engine_and_plugins()?;
+        let engine = Arc::new(engine);
         let max_permits = config.limits.max_concurrent_allocations;
         let permits = Arc::new(Semaphore::new(max_permits));
         let metrics = Metrics::new(std::time::Duration::from_millis(config.limits.request_timeout_ms), max_permits);
         Ok(AppState {
-            loaded: RwLock::new(Loaded { engine, config: Arc::new(config) }),
+            loaded: RwLock::new(Loaded { engine, config: Arc::new(config), custom }),
             config_file,
             permits,
             cpu_slots: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
@@ -110,14 +114,25 @@ impl AppState {
         self.read().config.digest()
     }
 
+    /// The loaded custom plugin files: `{name, file, step, digest}` each.
+    pub fn custom_plugins(&self) -> serde_json::Value {
+        let loaded = self.read();
+        let files = loaded.custom.as_ref().map_or(&[][..], |c| &c.files[..]);
+        files
+            .iter()
+            .map(|f| serde_json::json!({"name": f.lookup, "file": f.file, "step": f.step, "digest": f.digest}))
+            .collect()
+    }
+
     /// Re-reads the config (file and environment); a valid one replaces the engine for new
     /// requests, an invalid one is refused and the old one stays.
     pub fn reload(&self) -> Result<String, ConfigError> {
         let config = ServiceConfig::from_process(self.config_file.as_deref())?;
-        let engine = Arc::new(config.engine()?);
+        let (engine, custom) = config.engine_and_plugins()?;
+        let engine = Arc::new(engine);
         let digest = config.digest();
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
-        *loaded = Loaded { engine, config: Arc::new(config) };
+        *loaded = Loaded { engine, config: Arc::new(config), custom };
         Ok(digest)
     }
 }

@@ -235,6 +235,20 @@ pub struct PingResponse {
     /// Short hash of the loaded allocation description and defaults.
     pub config: String,
     pub uptime_seconds: u64,
+    /// The custom plugins loaded from `plugins_dir` (empty when none).
+    pub plugins: Vec<CustomPluginInfo>,
+}
+
+/// One custom plugin file.
+#[derive(Serialize, ToSchema)]
+pub struct CustomPluginInfo {
+    /// The lookup name (the file name before `.js`), as used in the allocation description.
+    pub name: String,
+    pub file: String,
+    /// The module's `name`: the step name in answers.
+    pub step: String,
+    /// XXH3 of the file's bytes, hex.
+    pub digest: String,
 }
 
 /// A reload was accepted.
@@ -295,6 +309,7 @@ impl utoipa::Modify for BearerAuth {
         CapacityResponse,
         CapacityEntry,
         PingResponse,
+        CustomPluginInfo,
         ReloadResponse
     ))
 )]

@@ -31,6 +31,18 @@ pub struct AllocateBody<'a> {
     pub tickets: Vec<Ticket>,
     /// Seed for `score-uniform-random`, overriding the configured one.
     pub seed: Option<u64>,
+    /// The JSON text of the other parameters, for plugins that see them whole.
+    pub raw: RawParams<'a>,
+}
+
+/// The JSON text of the request's `vm`, `image`, `package` and `tickets` as received (absent
+/// when not sent), borrowed from the body.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RawParams<'a> {
+    pub vm: Option<&'a str>,
+    pub image: Option<&'a str>,
+    pub package: Option<&'a str>,
+    pub tickets: Option<&'a str>,
 }
 
 /// Why a body could not be read.

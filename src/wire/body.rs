@@ -12,7 +12,9 @@ use super::arriving::{Arriving, Progress};
 use super::cursor::Cursor;
 use super::vms::read_vms;
 use crate::js::Js;
-use crate::model::{AllocateBody, BodyError, FieldError, Image, Package, ParamType, Server, Ticket, VmPayload};
+use crate::model::{
+    AllocateBody, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Ticket, VmPayload,
+};
 
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
 
@@ -343,7 +345,13 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
         vm_payload.nic_tags = serde_json::from_str::<Js>(r.get()).unwrap_or_default();
     }
     let vm = vm.unwrap_or_default();
-    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed })
+    let raw = RawParams {
+        vm: vm_raw.map(RawValue::get),
+        image: image_raw.map(RawValue::get),
+        package: package_raw.map(RawValue::get),
+        tickets: tickets_raw.map(RawValue::get),
+    };
+    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed, raw })
 }
 
 /// Reads a `POST /capacity` body: `{servers: [...]}` or a bare array of servers.
