@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+use crate::batch::BatchOptions;
 use crate::config::Limits;
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::model::{AllocateBody, BodyError, Server};
@@ -110,6 +111,8 @@ pub enum Verdict {
     Chosen { uuid: String },
     /// No server fits; CNAPI's reason, as in the 409 message.
     NoFit { reason: String },
+    /// A batch (`crate::batch`): VMs placed and not, and the answer's status.
+    Batch { placed: usize, failed: usize, status: u16 },
 }
 
 impl Verdict {
@@ -125,6 +128,7 @@ impl Verdict {
         match self {
             Verdict::Chosen { .. } => 200,
             Verdict::NoFit { .. } => 409,
+            Verdict::Batch { status, .. } => *status,
         }
     }
 }
@@ -207,7 +211,23 @@ pub struct Answer {
 /// Parses, checks, allocates and writes the answer of one whole body (the CLI's path; the
 /// service runs the same steps, parsing its own way and writing big answers in parts).
 pub fn allocate(engine: &Engine, limits: &Limits, body: &[u8], options: AnswerOptions) -> Result<Answer, AnswerError> {
+    allocate_with(engine, limits, body, options, BatchOptions::default())
+}
+
+/// [`allocate`], placing a batch (`crate::batch`) when the body is one or `batch.count`
+/// makes it one.
+pub fn allocate_with(
+    engine: &Engine,
+    limits: &Limits,
+    body: &[u8],
+    options: AnswerOptions,
+    batch: BatchOptions,
+) -> Result<Answer, AnswerError> {
     let mut request = parse_allocate_body(body)?;
+    if request.batch.is_batch() || batch.count.is_some() {
+        let answer = crate::batch::allocate_batch(engine, limits, request, batch)?;
+        return Ok(Answer { verdict: answer.verdict(), body: answer.body });
+    }
     let allocation = decide(engine, limits, &mut request)?;
     let mut out = Vec::with_capacity(answer_size_hint(&request, &allocation, options.steps));
     write_allocation(&request, &allocation, options, &mut out, &mut |_| {})?;

@@ -109,9 +109,13 @@ enum Command {
     Allocate {
         #[command(flatten)]
         config: ConfigArg,
-        /// How each step lists servers
-        #[arg(long, value_enum, default_value_t = Steps::Full)]
-        steps: Steps,
+        /// How each step lists servers [default: full; removed for a batch]
+        #[arg(long, value_enum)]
+        steps: Option<Steps>,
+        /// Place N copies of the request's vm, each seeing the ones before (a batch; a
+        /// request with `vms` or `count` is one already)
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
         /// The request: a JSON file, or - for standard input
         #[arg(value_name = "REQUEST")]
         request: PathBuf,
@@ -250,12 +254,13 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Serve(ConfigArg { config }) => serve(config),
-        Command::Allocate { config, steps, request } => {
+        Command::Allocate { config, steps, count, request } => {
             let (config, engine) = config.load()?;
             let body = read_input(&request)?;
             // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
-            let options = AnswerOptions { steps: steps.into(), no_fit: NoFitBody::NullServer };
-            print(answer::allocate(&engine, &config.limits, &body, options)?.body)
+            let options = AnswerOptions { steps: steps.unwrap_or(Steps::Full).into(), no_fit: NoFitBody::NullServer };
+            let batch = crate::batch::BatchOptions { steps: steps.map(Into::into), count };
+            print(answer::allocate_with(&engine, &config.limits, &body, options, batch)?.body)
         }
         Command::Capacity { config, servers } => {
             let (config, engine) = config.load()?;
@@ -326,7 +331,7 @@ mod tests {
     fn dash_is_standard_input_and_steps_are_named() {
         let cli = Cli::try_parse_from(["dapi", "allocate", "--steps", "removed", "-"]).expect("parses");
         match cli.command {
-            Command::Allocate { steps: Steps::Removed, request, .. } => assert_eq!(request, Path::new("-")),
+            Command::Allocate { steps: Some(Steps::Removed), request, .. } => assert_eq!(request, Path::new("-")),
             other => panic!("{other:?}"),
         }
         let err = Cli::try_parse_from(["dapi", "allocate", "--steps", "some", "x.json"]).expect_err("bad value");
