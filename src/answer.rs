@@ -13,6 +13,7 @@
 
 use std::fmt;
 
+use crate::batch::BatchOptions;
 use crate::config::Limits;
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::explain::{self, ExplainOptions};
@@ -121,6 +122,8 @@ pub enum Verdict {
     Chosen { uuid: String },
     /// No server fits; CNAPI's reason, as in the 409 message.
     NoFit { reason: String },
+    /// A batch (`crate::batch`): VMs placed and not, and the answer's status.
+    Batch { placed: usize, failed: usize, status: u16 },
 }
 
 impl Verdict {
@@ -136,6 +139,7 @@ impl Verdict {
         match self {
             Verdict::Chosen { .. } => 200,
             Verdict::NoFit { .. } => 409,
+            Verdict::Batch { status, .. } => *status,
         }
     }
 }
@@ -244,18 +248,24 @@ pub struct Answer {
 /// Parses, checks, allocates and writes the answer of one whole body (the CLI's path; the
 /// service runs the same steps, parsing its own way and writing big answers in parts).
 pub fn allocate(engine: &Engine, limits: &Limits, body: &[u8], options: AnswerOptions) -> Result<Answer, AnswerError> {
-    allocate_explained(engine, limits, body, options, None)
+    allocate_with(engine, limits, body, options, BatchOptions::default(), None)
 }
 
-/// [`allocate`], explained when `explain` is given (its `why_not` joined by the body's).
-pub fn allocate_explained(
+/// [`allocate`], placing a batch (`crate::batch`) when the body is one or `batch.count`
+/// makes it one, and explained when `explain` is given (its `why_not` joined by the body's).
+pub fn allocate_with(
     engine: &Engine,
     limits: &Limits,
     body: &[u8],
     options: AnswerOptions,
+    batch: BatchOptions,
     explain: Option<ExplainOptions>,
 ) -> Result<Answer, AnswerError> {
     let mut request = parse_allocate_body(body)?;
+    if request.batch.is_batch() || batch.count.is_some() {
+        let answer = crate::batch::allocate_batch(engine, limits, request, batch)?;
+        return Ok(Answer { verdict: answer.verdict(), body: answer.body });
+    }
     let explain = explain.map(|o| with_body_why_not(o, body)).transpose()?;
     let allocation = decide_noting(engine, limits, &mut request, explain.is_some())?;
     let size = answer_size_hint(&request, &allocation, options.steps) + explain_size_hint(&request, explain.as_ref());

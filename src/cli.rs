@@ -130,9 +130,13 @@ enum Command {
     Allocate {
         #[command(flatten)]
         config: ConfigArg,
-        /// How each step lists servers
-        #[arg(long, value_enum, default_value_t = Steps::Full)]
-        steps: Steps,
+        /// How each step lists servers [default: full; removed for a batch]
+        #[arg(long, value_enum)]
+        steps: Option<Steps>,
+        /// Place N copies of the request's vm, each seeing the ones before (a batch; a
+        /// request with `vms` or `count` is one already)
+        #[arg(long, value_name = "N")]
+        count: Option<usize>,
         /// Add an "explain" member: where each server left and by how much it fell short,
         /// score breakdowns and ranks, causes grouped (the rest of the answer is unchanged)
         #[arg(long)]
@@ -299,13 +303,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Serve(ConfigArg { config }) => serve(config),
-        Command::Allocate { config, steps, explain, why_not, request } => {
+        Command::Allocate { config, steps, count, explain, why_not, request } => {
             let (config, engine) = config.load()?;
             let body = read_input(&request)?;
             // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
-            let options = AnswerOptions { steps: steps.into(), no_fit: NoFitBody::NullServer };
+            let options = AnswerOptions { steps: steps.unwrap_or(Steps::Full).into(), no_fit: NoFitBody::NullServer };
+            let batch = crate::batch::BatchOptions { steps: steps.map(Into::into), count };
             let explain = (explain || !why_not.is_empty()).then(|| explain_options(why_not));
-            print(answer::allocate_explained(&engine, &config.limits, &body, options, explain)?.body)
+            print(answer::allocate_with(&engine, &config.limits, &body, options, batch, explain)?.body)
         }
         Command::Explain { config, servers, request } => {
             use std::io::IsTerminal;
@@ -435,7 +440,7 @@ mod tests {
     fn dash_is_standard_input_and_steps_are_named() {
         let cli = Cli::try_parse_from(["dapi", "allocate", "--steps", "removed", "-"]).expect("parses");
         match cli.command {
-            Command::Allocate { steps: Steps::Removed, request, .. } => assert_eq!(request, Path::new("-")),
+            Command::Allocate { steps: Some(Steps::Removed), request, .. } => assert_eq!(request, Path::new("-")),
             other => panic!("{other:?}"),
         }
         let err = Cli::try_parse_from(["dapi", "allocate", "--steps", "some", "x.json"]).expect_err("bad value");

@@ -5,9 +5,10 @@
 //! * [`plugins`]: the hard filters, soft filters, scorers and transforms, one per file.
 //! * [`js`]: the JavaScript value semantics the original's answers depend on.
 //! * [`answer`]: the one path from a request body to an answer, used by the service
-//!   ([`http`]) and the command line ([`cli`]).
+//!   ([`http`]) and the command line ([`cli`]); [`batch`]: many VMs in one request.
 
 pub mod answer;
+pub mod batch;
 pub mod capacity;
 pub mod cli;
 pub mod config;

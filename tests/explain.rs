@@ -7,7 +7,8 @@ mod common;
 
 use std::path::Path;
 
-use dapi::answer::{allocate_explained, AnswerOptions, NoFitBody};
+use dapi::answer::{allocate_with, AnswerOptions, NoFitBody};
+use dapi::batch::BatchOptions;
 use dapi::config::Limits;
 use dapi::engine::Engine;
 use dapi::explain::ExplainOptions;
@@ -29,9 +30,10 @@ fn cases() -> Vec<Value> {
 fn both(engine: &Engine, body: &[u8], no_fit: NoFitBody) -> Option<(Vec<u8>, Vec<u8>)> {
     let options = AnswerOptions { no_fit, ..AnswerOptions::default() };
     let limits = Limits::default();
-    let plain = allocate_explained(engine, &limits, body, options, None).ok()?;
-    let explained = allocate_explained(engine, &limits, body, options, Some(ExplainOptions::default()))
-        .expect("the plain request was answered, so is the explained one");
+    let plain = allocate_with(engine, &limits, body, options, BatchOptions::default(), None).ok()?;
+    let explained =
+        allocate_with(engine, &limits, body, options, BatchOptions::default(), Some(ExplainOptions::default()))
+            .expect("the plain request was answered, so is the explained one");
     assert_eq!(plain.verdict, explained.verdict);
     Some((plain.body, explained.body))
 }
@@ -199,8 +201,15 @@ fn shortfalls_name_the_missing_mib() {
     let engine = dapi::config::ServiceConfig::load(None, Vec::new()).expect("config").engine().expect("engine");
     let body = serde_json::to_vec(&ram_request()).expect("json");
     let options = AnswerOptions { no_fit: NoFitBody::NullServer, ..AnswerOptions::default() };
-    let answer = allocate_explained(&engine, &Limits::default(), &body, options, Some(ExplainOptions::default()))
-        .expect("answered");
+    let answer = allocate_with(
+        &engine,
+        &Limits::default(),
+        &body,
+        options,
+        BatchOptions::default(),
+        Some(ExplainOptions::default()),
+    )
+    .expect("answered");
     let answer: Value = serde_json::from_slice(&answer.body).expect("json");
     let explain = &answer["explain"];
     let short: Vec<&Value> = explain["servers"]

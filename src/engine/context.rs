@@ -88,6 +88,15 @@ impl<'r> PackageState<'r> {
     }
 }
 
+/// Look-ups built on first use from the servers, kept by a
+/// [`Datacenter`](super::datacenter::Datacenter) across the allocations it runs (and kept
+/// current as it lists VMs) instead of being built again by each.
+#[derive(Debug, Default)]
+pub struct Lookups {
+    pub vm_index: OnceLock<VmIndex>,
+    pub keys: OnceLock<Arc<KeyTable>>,
+}
+
 /// One allocation (or capacity) run's working set. What plugins learn or change is written
 /// through the named writers below (`set_unreserved`, `add_ticket_vm`, ...), each the write
 /// side of a [`Data`](super::plugin::Data) a plugin declares.
@@ -112,6 +121,8 @@ pub struct Request<'r> {
     pub raw_params: RawParams<'r>,
     vm_index: OnceLock<VmIndex>,
     keys: OnceLock<Arc<KeyTable>>,
+    /// A datacenter's look-ups, used instead of the two above when given.
+    shared: Option<&'r Lookups>,
     /// Notes for an explained allocation; `None` (the plain path) records nothing.
     recorder: Option<Recorder>,
 }
@@ -208,6 +219,7 @@ impl<'r> Request<'r> {
             raw_params: RawParams::default(),
             vm_index: OnceLock::new(),
             keys: OnceLock::new(),
+            shared: None,
             recorder: None,
         }
     }
@@ -252,6 +264,11 @@ impl<'r> Request<'r> {
     /// The run's states and notes (none unless explaining), once it is over.
     pub fn finish(self) -> (Vec<ServerState>, Vec<Note>) {
         (self.state, self.recorder.map(Recorder::into_notes).unwrap_or_default())
+    }
+
+    /// Reads VMs and server keys through `lookups` (a datacenter's, kept across runs).
+    pub fn share_lookups(&mut self, lookups: &'r Lookups) {
+        self.shared = Some(lookups);
     }
 
     pub fn server(&self, id: ServerId) -> &'r Server<'r> {
@@ -346,7 +363,8 @@ impl<'r> Request<'r> {
 
     /// Every server's reason key (made on first use).
     pub fn keys(&self) -> &Arc<KeyTable> {
-        self.keys.get_or_init(|| Arc::new(KeyTable::new(self.servers)))
+        let keys = self.shared.map_or(&self.keys, |s| &s.keys);
+        keys.get_or_init(|| Arc::new(KeyTable::new(self.servers)))
     }
 
     /// The server's effective `overprovision_ratios`.
@@ -403,7 +421,8 @@ impl<'r> Request<'r> {
     /// The request's VMs, indexed for affinity and volumes-from look-ups (built on first use,
     /// from the VMs sent inline: ticketed VMs are not visible to look-ups).
     pub fn vm_index(&self) -> &VmIndex {
-        self.vm_index.get_or_init(|| VmIndex::build(self.servers))
+        let index = self.shared.map_or(&self.vm_index, |s| &s.vm_index);
+        index.get_or_init(|| VmIndex::build(self.servers))
     }
 
     /// The server's unreserved resources as `Js` numbers (`undefined` before they are

@@ -5,6 +5,7 @@
 //! narrowing the candidate list and recording a [`Step`] → selection of the highest score.
 
 pub mod context;
+pub mod datacenter;
 pub mod defaults;
 pub mod expr;
 pub mod parallel;
@@ -20,7 +21,8 @@ use rand::SeedableRng;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-pub use context::{Note, NoteKind, Recorder, Request, ServerId, ServerState, Shortfall, Unreserved};
+pub use context::{Lookups, Note, NoteKind, Recorder, Request, ServerId, ServerState, Shortfall, Unreserved};
+pub use datacenter::{Datacenter, DatacenterError, PlaceError, Placement, ProvisionedVm, VmRequest};
 pub use defaults::Defaults;
 pub use expr::Expr;
 pub use plugin::{

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use crate::engine::ServerId;
 use crate::js::{Js, JsObject, JsRef};
-use crate::model::Server;
+use crate::model::{Server, ServerVm};
 
 /// One VM as the look-ups see it.
 #[derive(Debug, Clone)]
@@ -176,55 +176,131 @@ impl std::fmt::Display for VmNotFound {
 
 impl std::error::Error for VmNotFound {}
 
-/// Every VM sent inline in the request, by uuid and by owner.
+/// Every VM sent inline in the request, by uuid and by owner; a datacenter that places
+/// VMs one after another updates it as it lists and unlists them ([`VmIndex::insert`],
+/// [`VmIndex::remove`]), keeping request order as if they had been sent inline.
 #[derive(Debug, Default)]
 pub struct VmIndex {
-    vms: Vec<IndexedVm>,
+    /// Entries; `None` once removed.
+    vms: Vec<Option<IndexedVm>>,
+    /// Each entry's place in request order: its server, then its position there (VMs
+    /// inserted later come after every VM the server was sent with).
+    order: Vec<(ServerId, u32)>,
     /// First VM (request order) under each uuid.
     by_uuid: HashMap<Box<str>, usize>,
     /// Each owner's VMs, in request order.
     by_owner: HashMap<Box<str>, Vec<usize>>,
+    /// Whether some uuid is on more than one entry (removals then look for the next one).
+    duplicates: bool,
+    live: usize,
+    next_position: u32,
+}
+
+/// Positions of inserted VMs start here, past any server's own VMs.
+const INSERTED: u32 = 1 << 31;
+
+fn indexed(uuid: &str, server: ServerId, server_uuid: &Js, vm: &ServerVm<'_>) -> IndexedVm {
+    let or_empty = |v: JsRef| if v.is_undefined() { Js::obj(JsObject::new()) } else { v.to_js() };
+    IndexedVm {
+        uuid: uuid.into(),
+        server,
+        server_uuid: server_uuid.clone(),
+        owner_uuid: vm.owner_uuid().to_js(),
+        alias: vm.alias().to_js(),
+        state: vm.state().to_js(),
+        tags: or_empty(vm.tags()),
+        internal_metadata: or_empty(vm.internal_metadata()),
+        docker: vm.docker().to_js(),
+    }
 }
 
 impl VmIndex {
     pub fn build(servers: &[Server]) -> VmIndex {
-        let mut index = VmIndex::default();
-        let or_empty = |v: JsRef| if v.is_undefined() { Js::obj(JsObject::new()) } else { v.to_js() };
+        let mut index = VmIndex { next_position: INSERTED, ..VmIndex::default() };
         for (server, s) in servers.iter().enumerate() {
-            for (uuid, vm) in s.inline_vms() {
-                let at = index.vms.len();
-                index.by_uuid.entry(uuid.into()).or_insert(at);
-                if let Some(owner) = vm.owner_uuid().as_str() {
-                    index.by_owner.entry(owner.into()).or_default().push(at);
-                }
-                index.vms.push(IndexedVm {
-                    uuid: uuid.into(),
-                    server,
-                    server_uuid: s.uuid.clone(),
-                    owner_uuid: vm.owner_uuid().to_js(),
-                    alias: vm.alias().to_js(),
-                    state: vm.state().to_js(),
-                    tags: or_empty(vm.tags()),
-                    internal_metadata: or_empty(vm.internal_metadata()),
-                    docker: vm.docker().to_js(),
-                });
+            for (position, (uuid, vm)) in s.inline_vms().enumerate() {
+                index.add(indexed(uuid, server, &s.uuid, vm), (server, position as u32));
             }
         }
         index
     }
 
+    /// Adds an entry at its place in request order.
+    fn add(&mut self, vm: IndexedVm, place: (ServerId, u32)) {
+        let at = self.vms.len();
+        match self.by_uuid.entry(vm.uuid.clone()) {
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(at);
+            }
+            std::collections::hash_map::Entry::Occupied(mut e) => {
+                self.duplicates = true;
+                if self.order[*e.get()] > place {
+                    e.insert(at);
+                }
+            }
+        }
+        if let Some(owner) = vm.owner_uuid.as_str() {
+            let order = &self.order;
+            let list = self.by_owner.entry(owner.into()).or_default();
+            // Built in order, this is the end; an inserted VM goes after its server's.
+            let pos = list.partition_point(|&i| order[i] < place);
+            list.insert(pos, at);
+        }
+        self.vms.push(Some(vm));
+        self.order.push(place);
+        self.live += 1;
+    }
+
+    /// Lists `vm` (key `uuid`) after the other VMs of `server`, whose uuid is `server_uuid`.
+    pub fn insert(&mut self, server: ServerId, server_uuid: &Js, uuid: &str, vm: &ServerVm<'_>) {
+        let place = (server, self.next_position);
+        self.next_position += 1;
+        self.add(indexed(uuid, server, server_uuid, vm), place);
+    }
+
+    /// Unlists the VM `uuid` of `server`; false when it is not listed there.
+    pub fn remove(&mut self, server: ServerId, uuid: &str) -> bool {
+        let on_server = |i: usize| self.vms[i].as_ref().is_some_and(|vm| vm.server == server && &*vm.uuid == uuid);
+        let found = match self.by_uuid.get(uuid) {
+            Some(&i) if on_server(i) => Some(i),
+            Some(_) if self.duplicates => (0..self.vms.len()).find(|&i| on_server(i)),
+            _ => None,
+        };
+        let Some(at) = found else { return false };
+        let Some(vm) = self.vms[at].take() else { return false };
+        self.live -= 1;
+        if let Some(owner) = vm.owner_uuid.as_str() {
+            if let Some(list) = self.by_owner.get_mut(owner) {
+                list.retain(|&i| i != at);
+            }
+        }
+        if self.by_uuid.get(uuid) == Some(&at) {
+            let next = if self.duplicates {
+                let same = |i: &usize| self.vms[*i].as_ref().is_some_and(|vm| &*vm.uuid == uuid);
+                (0..self.vms.len()).filter(same).min_by_key(|&i| self.order[i])
+            } else {
+                None
+            };
+            match next {
+                Some(i) => self.by_uuid.insert(uuid.into(), i),
+                None => self.by_uuid.remove(uuid),
+            };
+        }
+        true
+    }
+
     /// Number of VMs indexed.
     pub fn len(&self) -> usize {
-        self.vms.len()
+        self.live
     }
 
     pub fn is_empty(&self) -> bool {
-        self.vms.is_empty()
+        self.live == 0
     }
 
     /// `GetVm`: the VM with this uuid, which must belong to `owner` when one is given.
     pub fn get(&self, uuid: &str, owner: Option<&str>) -> Result<&IndexedVm, VmNotFound> {
-        let vm = self.by_uuid.get(uuid).map(|&i| &self.vms[i]).ok_or(VmNotFound)?;
+        let vm = self.by_uuid.get(uuid).and_then(|&i| self.vms[i].as_ref()).ok_or(VmNotFound)?;
         match owner {
             Some(o) if !vm.owned_by(o) => Err(VmNotFound),
             _ => Ok(vm),
@@ -235,7 +311,7 @@ impl VmIndex {
     pub fn matching<'s>(&'s self, q: &'s ListQuery<'_>) -> impl Iterator<Item = &'s IndexedVm> + 's {
         let ids = self.by_owner.get(q.owner).map_or(&[][..], Vec::as_slice);
         ids.iter()
-            .map(|&i| &self.vms[i])
+            .filter_map(|&i| self.vms[i].as_ref())
             .filter(move |vm| (!q.active || vm.is_active()) && q.predicate.as_ref().is_none_or(|p| p.matches(vm)))
     }
 
@@ -275,6 +351,33 @@ mod tests {
 
     fn uuids(list: &[Js]) -> Vec<String> {
         list.iter().map(|v| v.get("uuid").to_js_string()).collect()
+    }
+
+    #[test]
+    fn inserted_vms_take_their_place_in_request_order_and_removal_undoes_them() {
+        let s = sample();
+        let mut idx = VmIndex::build(&s);
+        let vm: crate::model::ServerVm = crate::model::FullVm {
+            owner_uuid: Js::str(OWNER),
+            alias: Js::str("web9"),
+            state: Js::str("running"),
+            ..Default::default()
+        }
+        .into();
+        idx.insert(0, &Js::str("s1"), "v9", &vm);
+        let q = ListQuery { owner: OWNER, active: false, predicate: None, fields: &["uuid"] };
+        // After s1's own VMs, before s3's.
+        assert_eq!(uuids(&idx.list(&q)), ["v1", "v3", "v9", "v4"]);
+        assert_eq!(idx.get("v9", Some(OWNER)).expect("v9").server, 0);
+        assert_eq!(idx.len(), 6);
+        assert!(idx.remove(0, "v9"));
+        assert!(!idx.remove(0, "v9"));
+        assert_eq!(uuids(&idx.list(&q)), ["v1", "v3", "v4"]);
+        assert!(idx.get("v9", None).is_err());
+        // A repeated uuid: removing the first occurrence makes the next one found.
+        assert!(idx.remove(0, "v1"));
+        assert_eq!(idx.get("v1", None).expect("the other v1").server, 2);
+        assert_eq!(idx.len(), 4);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::errors::ApiError;
 use super::intake::{run_limited, BodySeen, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
+use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::AllocateBody;
@@ -53,9 +53,11 @@ fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Respon
 /// The status and log outcome of an allocation.
 fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
     let servers = body.servers.len();
-    match Verdict::of(body, allocation) {
-        Verdict::Chosen { uuid } => (StatusCode::OK, Outcome::Allocated { servers, uuid }),
-        Verdict::NoFit { reason } => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason }),
+    match allocation.chosen {
+        Some(id) => (StatusCode::OK, Outcome::Allocated { servers, uuid: body.servers[id].reason_key() }),
+        None => {
+            (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: answer::failure_reason(&allocation.steps) })
+        }
     }
 }
 
@@ -81,7 +83,7 @@ fn allocate_body<'a, T>(
     received: &'a Received,
     reply: &mut Reply<T>,
     explain: &mut Option<ExplainOptions>,
-) -> Result<(AllocateBody<'a>, Allocation), ApiError> {
+) -> Result<(AllocateBody<'a>, Option<Allocation>), ApiError> {
     let mut request = match received {
         Received::Whole(bytes) => parse_allocate_body(bytes),
         Received::Arriving(body) => parse_arriving_allocate_body(body),
@@ -102,9 +104,33 @@ fn allocate_body<'a, T>(
     if reply.abandoned() {
         return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
     }
+    if request.batch.is_batch() {
+        return Ok((request, None));
+    }
     let allocation = answer::decide_noting(engine, &app.limits(), &mut request, explain.is_some())?;
     app.metrics.record_steps(&allocation.steps);
-    Ok((request, allocation))
+    Ok((request, Some(allocation)))
+}
+
+/// Places a batch (`crate::batch`) and replies with its answer.
+fn reply_batch(
+    engine: &Engine,
+    app: &AppState,
+    request: AllocateBody<'_>,
+    format: Option<StepsFormat>,
+    reply: Reply<(StatusCode, AnswerBody, Outcome)>,
+) {
+    let servers = request.servers.len();
+    let options = crate::batch::BatchOptions { steps: format, count: None };
+    let result = crate::batch::allocate_batch(engine, &app.limits(), request, options).map(|answer| {
+        let summary = format!("batch: {} placed, {} not", answer.placed, answer.failed);
+        let (status, outcome) = match answer.status {
+            200 => (StatusCode::OK, Outcome::Allocated { servers, uuid: summary }),
+            _ => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: summary }),
+        };
+        (status, AnswerBody::Whole(answer.body), outcome)
+    });
+    reply.send(result.map_err(ApiError::from));
 }
 
 /// Writes the answer and replies with it: whole when small; when big, the reply (status,
@@ -248,14 +274,18 @@ pub async fn allocate(
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
+    // A batch lists compact steps unless `steps` is given.
+    let batch_format =
+        query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps="))).then_some(format);
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
         let mut explain = explain;
         match allocate_body(&engine, &app2, &received, &mut reply, &mut explain) {
-            Ok((request, allocation)) => {
+            Ok((request, Some(allocation))) => {
                 reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply)
             }
+            Ok((request, None)) => reply_batch(&engine, &app2, request, batch_format, reply),
             Err(e) => reply.send(Err(e)),
         }
         // The parsed request is freed here, after the answer has left.

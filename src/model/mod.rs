@@ -13,7 +13,7 @@ pub mod schema;
 mod shape;
 mod vms;
 
-pub use request::{AllocateBody, BodyError, FieldError, ParamType, RawParams};
+pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType, RawParams};
 pub use shape::{EmptyValue, Shape};
 pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 
@@ -125,6 +125,28 @@ impl<'a> Server<'a> {
         self.vms.as_obj().map_or(vms::empty_summary(), VmMap::summary)
     }
 
+    /// Lists a VM on the server after the others, as CNAPI does once it is provisioned
+    /// (a server sent without a `vms` object gets one). Only the VM list changes; the
+    /// caller updates the disk and memory figures.
+    pub fn add_vm(&mut self, key: std::borrow::Cow<'a, str>, vm: ServerVm<'a>) {
+        if self.vms.as_obj().is_none() {
+            self.vms = Shape::Obj(VmMap::default());
+        }
+        if let Shape::Obj(map) = &mut self.vms {
+            map.push(key, vm);
+        }
+        // The schema's verdict covers the VMs.
+        self.schema = std::sync::OnceLock::new();
+    }
+
+    /// Takes the VM under `key` off the server's list (the inverse of [`Server::add_vm`]).
+    pub fn remove_vm(&mut self, key: &str) -> Option<Shape<ServerVm<'a>>> {
+        let Shape::Obj(map) = &mut self.vms else { return None };
+        let removed = map.remove(key)?;
+        self.schema = std::sync::OnceLock::new();
+        Some(removed)
+    }
+
     /// The inline VM at position `i`.
     pub fn inline_vm_at(&self, i: usize) -> &ServerVm<'a> {
         self.vms.as_obj().map_or(&EMPTY_VM, |m| m.vm_at(i))
@@ -217,6 +239,8 @@ pub struct VmPayload {
     pub volumes: Js,
     pub flexible_disk_size: Js,
     pub tags: Js,
+    /// Read only to list the VM on its server once placed (affinity by alias).
+    pub alias: Js,
     /// `internal_metadata["docker:volumesfrom"]`, parsed from its JSON text by validation.
     #[serde(skip)]
     pub volumes_from: Option<Vec<Js>>,

@@ -31,6 +31,8 @@ pub struct AllocateBody<'a> {
     pub tickets: Vec<Ticket>,
     /// Seed for `score-uniform-random`, overriding the configured one.
     pub seed: Option<u64>,
+    /// The members that make the body a batch, read by `crate::batch`.
+    pub batch: BatchFields<'a>,
     /// The JSON text of the other parameters, for plugins that see them whole.
     pub raw: RawParams<'a>,
 }
@@ -43,6 +45,21 @@ pub struct RawParams<'a> {
     pub image: Option<&'a str>,
     pub package: Option<&'a str>,
     pub tickets: Option<&'a str>,
+}
+
+/// A batch body's own members, as received: `vms` (one VM payload each) or `count` (copies
+/// of `vm`), and `all_or_nothing`. A body with neither `vms` nor `count` is one allocation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct BatchFields<'a> {
+    pub vms: Option<&'a RawValue>,
+    pub count: Option<&'a RawValue>,
+    pub all_or_nothing: Option<&'a RawValue>,
+}
+
+impl BatchFields<'_> {
+    pub fn is_batch(&self) -> bool {
+        self.vms.is_some() || self.count.is_some()
+    }
 }
 
 /// Why a body could not be read.

@@ -257,38 +257,46 @@ impl VmSummary {
     fn of<'v, 'a: 'v>(vms: impl Iterator<Item = &'v ServerVm<'a>>) -> VmSummary {
         let mut s = VmSummary { cap_sum: Some(0), ram_sums: Some((0, 0)), ..VmSummary::default() };
         for (i, vm) in vms.enumerate() {
-            let i = i as u32;
-            let load = vm.load();
-            s.kvm_count += u32::from(load.kvm);
-            match load.cpu_cap {
-                Some(cap) => {
-                    s.first_capped.get_or_insert(i);
-                    if !load.failed {
-                        s.cap_sum = s.cap_sum.zip(whole(cap)).map(|(sum, c)| sum + c);
-                    }
-                }
-                None => {
-                    s.first_uncapped.get_or_insert(i);
-                    s.reset = true;
-                    s.cap_sum = Some(0);
-                }
-            }
-            if !load.failed {
-                s.ram_sums = s.ram_sums.zip(whole(load.ram_mib)).map(|((hvm, other), ram)| {
-                    if load.hvm {
-                        (hvm + ram, other)
-                    } else {
-                        (hvm, other + ram)
-                    }
-                });
-            }
-            if let Some(owner) = vm.owner_uuid().as_str() {
-                let (x, y) = owner_bits(owner);
-                s.owners[usize::from(x >> 6)] |= 1 << (x & 63);
-                s.owners[usize::from(y >> 6)] |= 1 << (y & 63);
-            }
+            s.add(i as u32, vm);
         }
         s
+    }
+
+    /// Takes in the VM at position `i`, after those already summarised.
+    fn add(&mut self, i: u32, vm: &ServerVm<'_>) {
+        let s = self;
+        let load = vm.load();
+        s.kvm_count += u32::from(load.kvm);
+        match load.cpu_cap {
+            Some(cap) => {
+                s.first_capped.get_or_insert(i);
+                if !load.failed {
+                    s.cap_sum = s.cap_sum.zip(whole(cap)).map(|(sum, c)| sum + c);
+                }
+            }
+            None => {
+                s.first_uncapped.get_or_insert(i);
+                s.reset = true;
+                s.cap_sum = Some(0);
+            }
+        }
+        if !load.failed {
+            s.ram_sums =
+                s.ram_sums.zip(whole(load.ram_mib)).map(
+                    |((hvm, other), ram)| {
+                        if load.hvm {
+                            (hvm + ram, other)
+                        } else {
+                            (hvm, other + ram)
+                        }
+                    },
+                );
+        }
+        if let Some(owner) = vm.owner_uuid().as_str() {
+            let (x, y) = owner_bits(owner);
+            s.owners[usize::from(x >> 6)] |= 1 << (x & 63);
+            s.owners[usize::from(y >> 6)] |= 1 << (y & 63);
+        }
     }
 
     /// Whether a VM owned by `owner` may be among these (false: certainly not).
@@ -345,6 +353,28 @@ impl<'a> VmMap<'a> {
         entries.shrink_to_fit();
         let summary = VmSummary::of(entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
         VmMap { entries, all_plain, summary }
+    }
+
+    /// Adds a VM after the others, as a server that has just provisioned it lists it. A
+    /// key already present keeps its position and takes the new value (as `JSON.parse`
+    /// reads a repeated key).
+    pub fn push(&mut self, key: Cow<'a, str>, vm: ServerVm<'a>) {
+        self.all_plain &= matches!(vm, ServerVm::Plain(_));
+        if let Some(at) = self.entries.iter().position(|(k, _)| *k == key) {
+            self.entries[at].1 = Shape::Obj(vm);
+            self.summary = VmSummary::of(self.entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
+            return;
+        }
+        self.summary.add(self.entries.len() as u32, &vm);
+        self.entries.push((key, Shape::Obj(vm)));
+    }
+
+    /// Takes out the VM under `key` (the others keep their order).
+    pub fn remove(&mut self, key: &str) -> Option<Shape<ServerVm<'a>>> {
+        let at = self.entries.iter().position(|(k, _)| k == key)?;
+        let (_, vm) = self.entries.remove(at);
+        self.summary = VmSummary::of(self.entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
+        Some(vm)
     }
 
     /// The entries, in order.

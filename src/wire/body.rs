@@ -13,7 +13,7 @@ use super::cursor::Cursor;
 use super::vms::read_vms;
 use crate::js::Js;
 use crate::model::{
-    AllocateBody, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Ticket, VmPayload,
+    AllocateBody, BatchFields, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Ticket, VmPayload,
 };
 
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
@@ -295,7 +295,9 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
     };
     let package_raw = object("package", &["package", "pkg"], false);
     let image_raw = object("image", &["image", "img"], true);
-    let vm_raw = object("vm", &["vm"], true);
+    let batch = BatchFields { vms: get(&["vms"]), count: get(&["count"]), all_or_nothing: get(&["all_or_nothing"]) };
+    // A batch of `vms` needs no `vm` (crate::batch checks which members it has).
+    let vm_raw = object("vm", &["vm"], !batch.is_batch());
     let mut array = |field: &str| -> Option<&RawValue> {
         let raw = get(&[field]);
         match ParamType::of(raw) {
@@ -333,6 +335,9 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
     if !errors.is_empty() {
         return Err(BodyError::Invalid(errors));
     }
+    if batch.is_batch() && vm.is_none() {
+        vm = Some(VmPayload::default());
+    }
     let (Some((raw_servers, servers)), Some(image), Some(vm_payload), Some(tickets)) =
         (servers, image, vm.as_mut(), tickets)
     else {
@@ -351,7 +356,7 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
         package: package_raw.map(RawValue::get),
         tickets: tickets_raw.map(RawValue::get),
     };
-    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed, raw })
+    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed, raw, batch })
 }
 
 /// Reads a `POST /capacity` body: `{servers: [...]}` or a bare array of servers.

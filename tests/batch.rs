@@ -1,0 +1,238 @@
+//! Batch allocation (`vms: [...]` or `count: N` in `POST /allocate`, `dapi allocate
+//! --count`): VMs placed in order, each seeing the ones before it.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{example_request, post_json, start};
+use dapi::answer::{self, AnswerError, AnswerOptions, Verdict};
+use dapi::batch::BatchOptions;
+use dapi::config::ServiceConfig;
+use serde_json::{json, Value};
+
+fn engine() -> (dapi::engine::Engine, dapi::config::Limits) {
+    let config = ServiceConfig::load(None, Vec::new()).expect("built-in config");
+    (config.engine().expect("engine"), config.limits)
+}
+
+fn run(body: &Value, options: BatchOptions) -> Result<(Verdict, Value), AnswerError> {
+    let (engine, limits) = engine();
+    let bytes = serde_json::to_vec(body).expect("json");
+    let answer = answer::allocate_with(&engine, &limits, &bytes, AnswerOptions::default(), options)?;
+    Ok((answer.verdict, serde_json::from_slice(&answer.body).expect("json answer")))
+}
+
+/// Unreserved RAM (MiB) per server uuid, as `/capacity` reports it.
+fn unreserved_ram(body: &Value) -> HashMap<String, f64> {
+    let (engine, limits) = engine();
+    let bytes = serde_json::to_vec(body).expect("json");
+    let answer = answer::capacity(&engine, &limits, &bytes).expect("capacity");
+    let v: Value = serde_json::from_slice(&answer.body).expect("json");
+    v["capacities"]
+        .as_object()
+        .expect("capacities")
+        .iter()
+        .map(|(k, c)| (k.clone(), c["ram"].as_f64().unwrap_or(0.0)))
+        .collect()
+}
+
+fn with_ram(ram: u64) -> Value {
+    let mut body = example_request();
+    body["vm"]["ram"] = json!(ram);
+    body["vm"]["max_physical_memory"] = json!(ram);
+    body["package"]["max_physical_memory"] = json!(ram);
+    body
+}
+
+#[test]
+fn a_batch_never_books_a_server_beyond_its_room() {
+    let ram = 180_000;
+    let mut body = with_ram(ram);
+    let room = unreserved_ram(&body);
+    let fits: usize = room.values().map(|r| (r / ram as f64).floor() as usize).sum();
+    assert!(fits >= 4, "the example's servers hold {fits} such VMs");
+    body["count"] = json!(fits + 3);
+    let (verdict, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(verdict.status(), 200);
+    let vms = answer["vms"].as_array().expect("vms");
+    assert_eq!(vms.len(), fits + 3);
+    let mut per_server: HashMap<String, usize> = HashMap::new();
+    for vm in vms {
+        if let Some(s) = vm["server_uuid"].as_str() {
+            *per_server.entry(s.to_string()).or_default() += 1;
+        }
+    }
+    for (server, n) in &per_server {
+        assert!((*n as f64) * ram as f64 <= room[server], "{server} got {n} VMs of {ram} MiB, room {}", room[server]);
+    }
+    // The datacenter fills exactly: every VM that fits is placed, the rest are refused for RAM.
+    assert_eq!((answer["placed"].as_u64(), answer["failed"].as_u64()), (Some(fits as u64), Some(3)));
+    for vm in &vms[fits..] {
+        assert_eq!(vm["server_uuid"], Value::Null);
+        assert_eq!(vm["message"], "No compute resources available: no servers with enough unreserved RAM");
+    }
+    // Uuids are generated, all different.
+    let mut uuids: Vec<&str> = vms.iter().filter_map(|v| v["uuid"].as_str()).collect();
+    uuids.sort();
+    uuids.dedup();
+    assert_eq!(uuids.len(), fits + 3);
+}
+
+fn tagged_vms(n: usize, averse: bool) -> Value {
+    let mut body = example_request();
+    let vm = body.as_object_mut().expect("object").remove("vm").expect("vm");
+    let vms: Vec<Value> = (0..n)
+        .map(|i| {
+            let mut v = vm.clone();
+            v["vm_uuid"] = json!(format!("5e1ec7ed-0000-4000-8000-{i:012x}"));
+            v["alias"] = json!(format!("web{i}"));
+            v["tags"] = json!({"role": "web"});
+            if averse && i > 0 {
+                v["affinity"] =
+                    json!([{"key": "role", "operator": "!=", "value": "web", "valueType": "exact", "isSoft": false}]);
+            }
+            v
+        })
+        .collect();
+    body["vms"] = Value::Array(vms);
+    body
+}
+
+#[test]
+fn anti_affinity_holds_among_the_vms_of_a_batch() {
+    let servers = example_request()["servers"].as_array().expect("servers").len();
+    let (_, answer) = run(&tagged_vms(servers + 1, true), BatchOptions::default()).expect("answered");
+    let vms = answer["vms"].as_array().expect("vms");
+    let chosen: Vec<&str> = vms.iter().filter_map(|v| v["server_uuid"].as_str()).collect();
+    let mut distinct = chosen.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(chosen.len(), servers, "{answer}");
+    assert_eq!(distinct.len(), servers, "two tagged VMs share a server: {chosen:?}");
+    assert_eq!(vms[servers]["server_uuid"], Value::Null);
+    assert_eq!(vms[servers]["uuid"], "5e1ec7ed-0000-4000-8000-000000000004");
+    // Without the rule they stack (the same VMs, same seed).
+    let (_, free) = run(&tagged_vms(servers + 1, false), BatchOptions::default()).expect("answered");
+    assert_eq!(free["placed"], json!(servers + 1));
+}
+
+#[test]
+fn all_or_nothing_answers_409_and_places_nothing() {
+    let servers = example_request()["servers"].as_array().expect("servers").len();
+    let mut body = tagged_vms(servers + 1, true);
+    body["all_or_nothing"] = json!(true);
+    let (verdict, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(verdict.status(), 409);
+    assert_eq!(answer["code"], "NoAllocatableServersError");
+    assert_eq!(answer["placed"], 0);
+    assert_eq!(answer["failed"]["index"], json!(servers));
+    assert!(answer.get("vms").is_none());
+    let msg = answer["message"].as_str().expect("message");
+    assert!(msg.contains(&format!("vms[{servers}]")), "{msg}");
+    // When everything fits it is an ordinary 200.
+    let mut fits = tagged_vms(servers, true);
+    fits["all_or_nothing"] = json!(true);
+    let (verdict, answer) = run(&fits, BatchOptions::default()).expect("answered");
+    assert_eq!((verdict.status(), answer["placed"].as_u64()), (200, Some(servers as u64)));
+}
+
+#[test]
+fn steps_are_compact_unless_asked_for_in_full() {
+    let mut body = example_request();
+    body["count"] = json!(2);
+    let (_, compact) = run(&body, BatchOptions::default()).expect("answered");
+    assert!(compact["vms"][0]["steps"][0].get("removed").is_some());
+    let full = BatchOptions { steps: Some(dapi::engine::StepsFormat::Full), count: None };
+    let (_, full) = run(&body, full).expect("answered");
+    assert!(full["vms"][0]["steps"][0].get("remaining").is_some());
+    // `--count` on a single request makes it a batch too.
+    let single = example_request();
+    let (_, counted) = run(&single, BatchOptions { steps: None, count: Some(3) }).expect("answered");
+    assert_eq!(counted["vms"].as_array().map(Vec::len), Some(3));
+}
+
+fn invalid_field(body: &Value) -> String {
+    match run(body, BatchOptions::default()) {
+        Err(AnswerError::Invalid(errors)) => errors[0].field.clone(),
+        other => panic!("expected 422, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_batch_fields_are_named() {
+    let mut body = tagged_vms(4, false);
+    body["vms"][3]["ram"] = json!("lots");
+    assert_eq!(invalid_field(&body), "vms[3].ram");
+    let mut body = tagged_vms(2, false);
+    body["vms"][1]["vm_uuid"] = json!("not-a-uuid");
+    assert_eq!(invalid_field(&body), "vms[1].vm_uuid");
+    let mut body = tagged_vms(2, false);
+    body["vms"][1]["vm_uuid"] = body["vms"][0]["vm_uuid"].clone();
+    assert_eq!(invalid_field(&body), "vms[1].vm_uuid");
+    let mut body = tagged_vms(2, false);
+    body["vms"][0]["package"] = json!(7);
+    assert_eq!(invalid_field(&body), "vms[0].package");
+    let mut body = tagged_vms(2, false);
+    body["vms"][1] = json!("vm");
+    assert_eq!(invalid_field(&body), "vms[1]");
+    let mut body = example_request();
+    body["vms"] = json!({});
+    assert_eq!(invalid_field(&body), "vms");
+    for count in [json!(0), json!(1.5), json!("3"), json!(100_000)] {
+        let mut body = example_request();
+        body["count"] = count;
+        assert_eq!(invalid_field(&body), "count");
+    }
+    let mut body = example_request();
+    body["count"] = json!(2);
+    body["all_or_nothing"] = json!("yes");
+    assert_eq!(invalid_field(&body), "all_or_nothing");
+    let mut body = example_request();
+    body.as_object_mut().expect("object").remove("vm");
+    body["count"] = json!(2);
+    assert_eq!(invalid_field(&body), "vm");
+}
+
+#[test]
+fn each_vm_may_bring_its_own_package() {
+    let ram = 180_000;
+    let mut body = tagged_vms(2, false);
+    // The first asks for more RAM than any server has; the second for the shared package's.
+    body["vms"][0]["ram"] = json!(10_000_000);
+    body["vms"][0]["package"] = json!({"max_physical_memory": 10_000_000, "cpu_cap": 50, "quota": 12288});
+    body["vms"][1]["ram"] = json!(ram);
+    let (_, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(answer["vms"][0]["server_uuid"], Value::Null);
+    assert!(answer["vms"][1]["server_uuid"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_places_a_batch_and_a_single_vm_as_before() {
+    let service = start(&[]).await;
+    let mut body = tagged_vms(3, true);
+    body["seed"] = json!(7);
+    let reply = post_json(service.addr, "/allocate", &body).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let answer = reply.json();
+    assert_eq!(answer["placed"], 3);
+    assert!(answer["vms"][0]["steps"][0].get("removed").is_some());
+    let reply = post_json(service.addr, "/allocate?steps=full", &body).await;
+    assert!(reply.json()["vms"][0]["steps"][0].get("remaining").is_some());
+
+    let mut bad = tagged_vms(2, false);
+    bad["vms"][1]["ram"] = json!(-1);
+    let reply = post_json(service.addr, "/allocate", &bad).await;
+    assert_eq!(reply.status, 422);
+    assert!(String::from_utf8_lossy(&reply.body).contains("vms[1].ram"), "{}", String::from_utf8_lossy(&reply.body));
+
+    let mut aon = tagged_vms(5, true);
+    aon["all_or_nothing"] = json!(true);
+    let reply = post_json(service.addr, "/allocate", &aon).await;
+    assert_eq!(reply.status, 409);
+
+    let reply = post_json(service.addr, "/allocate", &example_request()).await;
+    assert_eq!(reply.status, 200);
+    let single = reply.json();
+    assert!(single["server"]["uuid"].is_string() && single.get("vms").is_none());
+}
