@@ -903,7 +903,9 @@ mod tests {
         let file = TmpFile::new("typo-far", r#"{"timeout": 1}"#);
         let err = file.load().expect_err("unknown");
         assert!(
-            err.ends_with("the keys are allocationDescription, defaults, listen, log_level, limits, auth_token"),
+            err.ends_with(
+                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, inventory"
+            ),
             "{err}"
         );
 
