@@ -4,6 +4,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY config ./config
+COPY migrations ./migrations
 COPY benches ./benches
 RUN cargo build --release --locked
 

@@ -4,12 +4,12 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench load soak fuzz docker clean
+.PHONY: help build run test lint conformance openapi bench bench-inventory load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
 	@echo "make targets (SHARED=$(SHARED) is optional extra data):"
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 build: ## release build: target/release/dapi
 	$(CARGO) build --release
@@ -17,8 +17,13 @@ build: ## release build: target/release/dapi
 run: ## serve on 127.0.0.1:8080 with the built-in config
 	$(CARGO) run --release -- serve
 
-test: ## every test: unit, CLI, HTTP, process, conformance subset, properties
+test: ## every test: unit, CLI, HTTP, process, conformance subset, properties, inventory
 	$(CARGO) test --release
+	@if command -v initdb >/dev/null 2>&1 || [ -x "$$(pg_config --bindir 2>/dev/null)/initdb" ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		echo "test: inventory mode's tests ran on a throwaway PostgreSQL (tests/inventory.rs)"; \
+	else \
+		echo "test: SKIPPED inventory mode's tests: PostgreSQL is not installed (apt-get install -y postgresql)"; \
+	fi
 
 lint: ## rustfmt, clippy, cargo-deny (installed first if missing)
 	$(CARGO) fmt --check
@@ -51,6 +56,9 @@ openapi: ## regenerate openapi/openapi.json
 # BENCH_INPUTS=repo leaves $(SHARED)'s inputs out (see benches/allocate.rs).
 bench: ## timings per datacenter size (50 to 10,000 servers; BENCH_SIZES=50,500)
 	BENCH_SHARED=$(abspath $(SHARED)) $(CARGO) bench --bench allocate
+
+bench-inventory: ## inventory mode: start-up, allocations/s and p99 with claims (needs PostgreSQL)
+	$(CARGO) test --release --test inventory_bench -- --ignored --nocapture
 
 load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 	sh scripts/load.sh

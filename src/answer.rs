@@ -197,9 +197,21 @@ pub fn write_allocation(
     out: &mut Vec<u8>,
     part_done: &mut dyn FnMut(&mut Vec<u8>),
 ) -> Result<(), AnswerError> {
+    write_allocation_on(&request.raw_servers, &request.servers, allocation, options, out, part_done)
+}
+
+/// [`write_allocation`] for servers held apart from the request (inventory mode).
+pub fn write_allocation_on(
+    raw_servers: &[&str],
+    servers: &[Server<'_>],
+    allocation: &Allocation,
+    options: AnswerOptions,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), AnswerError> {
     if allocation.chosen.is_some() || options.no_fit == NoFitBody::NullServer {
         return allocation
-            .write_answer(&request.raw_servers, &request.servers, options.steps, out, part_done)
+            .write_answer(raw_servers, servers, options.steps, out, part_done)
             .map_err(|e| AnswerError::Internal(e.to_string()));
     }
     // {"code", "message", "steps"}, written the way the 200 answer is.
@@ -207,7 +219,7 @@ pub fn write_allocation(
     out.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
     write_json_str(out, &format!("No compute resources available: {reason}"));
     out.extend_from_slice(br#","steps":"#);
-    allocation.steps_view(&request.servers, options.steps).write_json_in_parts(out, part_done);
+    allocation.steps_view(servers, options.steps).write_json_in_parts(out, part_done);
     out.push(b'}');
     Ok(())
 }

@@ -180,6 +180,23 @@ enum Command {
     },
     /// Print the service's OpenAPI document
     Openapi,
+    /// Inventory mode: feed the PostgreSQL inventory
+    #[command(subcommand)]
+    Inventory(InventoryCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum InventoryCommand {
+    /// Replace the whole inventory with a dump, in one transaction (as POST /inventory/load)
+    Load {
+        /// The inventory's PostgreSQL URL (postgresql://user@host:port/db)
+        #[arg(long, env = "DAPI_INVENTORY__URL", value_name = "URL")]
+        url: String,
+        /// The dump: {"servers": [...]} or a bare array of CNAPI server objects (with
+        /// their "vms"); - for standard input
+        #[arg(value_name = "DUMP")]
+        dump: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -231,6 +248,8 @@ pub enum CliError {
     Listen { addr: String, error: std::io::Error },
     /// The async runtime, the server or the output failed.
     Io { what: &'static str, error: std::io::Error },
+    /// Inventory mode's database cannot be used (out of reach, refused the migration).
+    Inventory(String),
 }
 
 impl CliError {
@@ -255,6 +274,7 @@ impl fmt::Display for CliError {
             CliError::Answer(e) => e.fmt(f),
             CliError::Listen { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             CliError::Io { what, error } => write!(f, "internal error: {what}: {error}"),
+            CliError::Inventory(message) => write!(f, "inventory: {message}"),
         }
     }
 }
@@ -265,6 +285,7 @@ impl std::error::Error for CliError {
             CliError::Config(e) => Some(e),
             CliError::Answer(e) => Some(e),
             CliError::Read { error, .. } | CliError::Listen { error, .. } | CliError::Io { error, .. } => Some(error),
+            CliError::Inventory(_) => None,
         }
     }
 }
@@ -320,6 +341,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let text = answer::explain_report(&engine, &config.limits, &body, explain_options(servers), colour)?;
             print(text.into_bytes())
         }
+        Command::Inventory(InventoryCommand::Load { url, dump }) => inventory_load(&url, &dump),
         Command::Capacity { config, servers } => {
             let (config, engine) = config.load()?;
             let body = read_input(&servers)?;
@@ -408,12 +430,23 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
     crate::http::logging::init(&config.log_level);
     let listen = config.listen.clone();
     let digest = config.digest();
+    let inventory_config = config.inventory.clone();
     let app = crate::http::AppState::new(config, config_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|error| CliError::Io { what: "cannot start the runtime", error })?;
     runtime.block_on(async move {
+        if inventory_config.url.is_some() {
+            let started = std::time::Instant::now();
+            let inventory = crate::inventory::Inventory::start(&inventory_config)
+                .await
+                .map_err(|e| CliError::Inventory(format!("{e} (check inventory.url / DAPI_INVENTORY__URL)")))?;
+            let servers = inventory.view().generations.len();
+            let ms = started.elapsed().as_millis() as u64;
+            tracing::info!(servers, ms, "inventory loaded");
+            app.set_inventory(inventory);
+        }
         // A host name is resolved here; the first of its addresses that binds is used.
         let listener = tokio::net::TcpListener::bind(&listen)
             .await
@@ -424,6 +457,27 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
             .await
             .map_err(|error| CliError::Io { what: "the server failed", error })
     })
+}
+
+/// `dapi inventory load`: the dump checked as `POST /inventory/load` checks it, stored in
+/// one transaction.
+fn inventory_load(url: &str, dump: &Path) -> Result<(), CliError> {
+    let body = read_input(dump)?;
+    let limits = crate::config::Limits::default();
+    let records = crate::inventory::records::dump(&body, limits.max_vms_per_server).map_err(|e| match e {
+        crate::inventory::records::RecordError::Malformed(m) => CliError::Answer(AnswerError::Malformed(m)),
+        crate::inventory::records::RecordError::Invalid(errors) => CliError::Answer(AnswerError::Invalid(errors)),
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| CliError::Io { what: "cannot start the runtime", error })?;
+    let generation = runtime.block_on(async {
+        let store =
+            crate::inventory::store::Store::connect(url).await.map_err(|e| CliError::Inventory(e.to_string()))?;
+        store.load(&records).await.map_err(|e| CliError::Inventory(e.to_string()))
+    })?;
+    print(serde_json::json!({"servers": records.len(), "generation": generation}).to_string().into_bytes())
 }
 
 #[cfg(test)]

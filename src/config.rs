@@ -48,9 +48,52 @@ pub struct ServiceConfig {
     /// A directory of custom plugins (`*.js` files, each usable in the chain under its file
     /// name), loaded with the engine; where the setting came from, for errors.
     pub plugins_dir: Option<(std::path::PathBuf, Source)>,
+    /// Inventory mode (off unless `inventory.url` is set): see `crate::inventory`.
+    pub inventory: InventoryConfig,
     /// The chain and defaults settings in the order applied, to tell which source an
     /// engine error comes from.
     engine_settings: Vec<Setting>,
+}
+
+/// Inventory mode's settings (`inventory.*`, `DAPI_INVENTORY__*`).
+#[derive(Debug, Clone)]
+pub struct InventoryConfig {
+    /// PostgreSQL URL (`postgresql://user@host:port/db`); set, it switches inventory mode on.
+    pub url: Option<String>,
+    /// Oldest state an allocation may be decided on: past it, with the database out of
+    /// reach, allocations answer 503.
+    pub staleness_ms: u64,
+    /// How long a claim counts (like a ticket) unless its VM appears or it is released.
+    pub claim_ttl_s: u64,
+}
+
+impl Default for InventoryConfig {
+    fn default() -> InventoryConfig {
+        InventoryConfig { url: None, staleness_ms: 3000, claim_ttl_s: 600 }
+    }
+}
+
+impl InventoryConfig {
+    /// The keys of `inventory`, as a config file spells them.
+    pub const KEYS: [&'static str; 3] = ["url", "staleness_ms", "claim_ttl_s"];
+
+    fn set(&mut self, key: &str, value: &Value) -> Result<(), String> {
+        let whole = |v: &Value| match v.as_u64() {
+            Some(n) if n > 0 => Ok(n),
+            _ => Err(format!("must be a whole number above 0, not {}", shown(v))),
+        };
+        match key {
+            "url" => {
+                let url = value.as_str().ok_or_else(|| format!("must be a string, not {}", shown(value)))?;
+                url.parse::<tokio_postgres::Config>().map_err(|e| format!("not a PostgreSQL URL: {e}"))?;
+                self.url = Some(url.to_string());
+            }
+            "staleness_ms" => self.staleness_ms = whole(value)?,
+            "claim_ttl_s" => self.claim_ttl_s = whole(value)?,
+            _ => unreachable!("inventory.{key} is not in InventoryConfig::KEYS"),
+        }
+        Ok(())
+    }
 }
 
 /// Bounds on the work one request may ask for.
@@ -163,8 +206,8 @@ impl Limits {
 }
 
 /// The top-level keys of a config file.
-const TOP_KEYS: [&str; 7] =
-    ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token", "plugins_dir"];
+const TOP_KEYS: [&str; 8] =
+    ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token", "plugins_dir", "inventory"];
 
 /// Where a setting came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,6 +285,8 @@ enum Set {
     /// `null` or an empty path unsets it.
     PluginsDir(Option<std::path::PathBuf>),
     Limit(&'static str, u64),
+    /// An `inventory` key, its value checked.
+    Inventory(&'static str, Value),
 }
 
 #[derive(Debug, Clone)]
@@ -271,6 +316,7 @@ impl ServiceConfig {
             limits: Limits::default(),
             auth_token: None,
             plugins_dir: None,
+            inventory: InventoryConfig::default(),
             engine_settings: Vec::new(),
         };
         for setting in settings {
@@ -298,6 +344,10 @@ impl ServiceConfig {
             Set::AuthToken(token) => self.auth_token = token.clone(),
             Set::PluginsDir(dir) => self.plugins_dir = dir.clone().map(|d| (d, setting.source.clone())),
             Set::Limit(key, value) => self.limits.set(key, *value),
+            // Checked when the setting was read.
+            Set::Inventory(key, value) => {
+                let _ = self.inventory.set(key, value);
+            }
         }
         if matches!(setting.set, Set::Chain(_) | Set::Default(..)) {
             self.engine_settings.push(setting);
@@ -480,6 +530,19 @@ fn json_settings(source: &Source, value: Value) -> Result<Vec<Setting>, ConfigEr
                     sets.push(Set::Limit(name, count.map_err(|m| invalid(&key, m))?));
                 }
             }
+            "inventory" => {
+                let Value::Object(keys) = value else {
+                    return Err(invalid("inventory", format!("must be an object, not {}", shown(&value))));
+                };
+                for (name, v) in keys {
+                    let Some(&name) = InventoryConfig::KEYS.iter().find(|k| **k == name) else {
+                        let known = InventoryConfig::KEYS.map(|k| format!("inventory.{k}"));
+                        return Err(unknown(source, &format!("inventory.{name}"), &known));
+                    };
+                    InventoryConfig::default().set(name, &v).map_err(|m| invalid(&format!("inventory.{name}"), m))?;
+                    sets.push(Set::Inventory(name, v));
+                }
+            }
             _ => return Err(unknown(source, &key, &TOP_KEYS.map(String::from))),
         }
     }
@@ -533,6 +596,14 @@ fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<S
                     .and_then(|n| check_limit(key, n));
                 sets.push(Set::Limit(key, count.map_err(|m| invalid(&format!("limits.{key}"), m))?));
             }
+            ["inventory", typed] => {
+                let Some(key) = InventoryConfig::KEYS.iter().copied().find(|k| k == typed) else {
+                    return Err(unknown(&source, &name, &env_names()));
+                };
+                let value = if key == "url" { Value::String(raw.clone()) } else { env_scalar(raw.trim()) };
+                InventoryConfig::default().set(key, &value).map_err(|m| invalid(&format!("inventory.{key}"), m))?;
+                sets.push(Set::Inventory(key, value));
+            }
             _ => return Err(unknown(&source, &name, &env_names())),
         }
         settings.extend(sets.into_iter().map(|set| Setting { source: source.clone(), set }));
@@ -549,6 +620,7 @@ fn env_names() -> Vec<String> {
     names.extend(Limits::KEYS.iter().map(|k| format!("DAPI_LIMITS__{}", k.to_ascii_uppercase())));
     names.push("DAPI_AUTH_TOKEN".into());
     names.push("DAPI_PLUGINS_DIR".into());
+    names.extend(InventoryConfig::KEYS.iter().map(|k| format!("DAPI_INVENTORY__{}", k.to_ascii_uppercase())));
     names
 }
 
@@ -885,7 +957,7 @@ mod tests {
         let err = file.load().expect_err("unknown");
         assert!(
             err.ends_with(
-                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir"
+                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir, inventory"
             ),
             "{err}"
         );

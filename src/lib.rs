@@ -16,6 +16,7 @@ pub mod engine;
 pub mod explain;
 mod fxhash;
 pub mod http;
+pub mod inventory;
 pub mod js;
 pub mod model;
 pub mod plugins;

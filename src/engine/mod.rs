@@ -136,27 +136,32 @@ impl Engine {
     /// [`Engine::allocate`], with plugins' notes (shortfalls, score parts) when `explain`;
     /// the decision and the steps are the same either way.
     pub fn allocate_noting(&self, body: &AllocateBody<'_>, explain: bool) -> Result<Allocation, PluginError> {
+        self.allocate_on(&body.servers, &body.raw_servers, body, &body.tickets, explain)
+    }
+
+    /// [`Engine::allocate_noting`] on servers (and tickets) held elsewhere than in the body:
+    /// inventory mode keeps the datacenter in memory and takes only the VM from the caller.
+    pub fn allocate_on(
+        &self,
+        servers: &[Server<'_>],
+        raw_servers: &[&str],
+        body: &AllocateBody<'_>,
+        tickets: &[crate::model::Ticket],
+        explain: bool,
+    ) -> Result<Allocation, PluginError> {
         let seed = body.seed.or(self.defaults.seed);
         let rng = match seed {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_entropy(),
         };
-        let mut req = Request::new(
-            &body.servers,
-            &body.vm,
-            &body.image,
-            body.package.as_ref(),
-            &body.tickets,
-            &self.defaults,
-            rng,
-        );
-        req.raw_servers = &body.raw_servers;
+        let mut req = Request::new(servers, &body.vm, &body.image, body.package.as_ref(), tickets, &self.defaults, rng);
+        req.raw_servers = raw_servers;
         if explain {
             req.record_notes();
         }
         req.raw_params = body.raw;
         let mut steps = Vec::new();
-        let input: Vec<ServerId> = (0..body.servers.len()).collect();
+        let input: Vec<ServerId> = (0..servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
         let chosen = select(&survivors, req.states());
         let (state, notes) = req.finish();

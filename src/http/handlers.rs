@@ -20,7 +20,7 @@ use crate::model::AllocateBody;
 use crate::validate::FieldError;
 use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
 
-fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
+pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
         AnswerBody::Whole(bytes) => Body::from(bytes),
         AnswerBody::Streamed(parts) => Body::new(parts),
@@ -42,7 +42,7 @@ impl From<AnswerError> for ApiError {
 }
 
 /// The answer, with the body's size and digest attached for the request log.
-fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Response {
+pub(super) fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Response {
     let mut response = result.unwrap_or_else(IntoResponse::into_response);
     if let Some(seen) = seen {
         response.extensions_mut().insert(seen);
@@ -51,7 +51,7 @@ fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>) -> Respon
 }
 
 /// The status and log outcome of an allocation.
-fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
+pub(super) fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
     let servers = body.servers.len();
     match allocation.chosen {
         Some(id) => (StatusCode::OK, Outcome::Allocated { servers, uuid: body.servers[id].reason_key() }),
@@ -77,7 +77,7 @@ impl From<Vec<u8>> for AnswerBody {
 const STREAM_FROM: usize = 1 << 20;
 
 /// Parses (while it arrives, if it does), then with a core validates and allocates one body.
-fn allocate_body<'a, T>(
+pub(super) fn allocate_body<'a, T>(
     engine: &Engine,
     app: &AppState,
     received: &'a Received,
@@ -113,7 +113,7 @@ fn allocate_body<'a, T>(
 }
 
 /// Places a batch (`crate::batch`) and replies with its answer.
-fn reply_batch(
+pub(super) fn reply_batch(
     engine: &Engine,
     app: &AppState,
     request: AllocateBody<'_>,
@@ -135,7 +135,7 @@ fn reply_batch(
 
 /// Writes the answer and replies with it: whole when small; when big, the reply (status,
 /// headers) goes first and the body follows in parts as it is written.
-fn reply_allocation(
+pub(super) fn reply_allocation(
     request: &AllocateBody<'_>,
     allocation: &Allocation,
     format: StepsFormat,
@@ -174,7 +174,7 @@ fn reply_allocation(
 
 /// The `explain` (`true`/`1` or `false`/`0`) and `why_not` (uuids, comma-separated; asks
 /// for an explanation too) query parameters.
-fn explain_options(query: Option<&str>) -> Result<Option<ExplainOptions>, ApiError> {
+pub(super) fn explain_options(query: Option<&str>) -> Result<Option<ExplainOptions>, ApiError> {
     let mut explain: Option<ExplainOptions> = None;
     let mut why_not: Vec<String> = Vec::new();
     for pair in query.unwrap_or("").split('&') {
@@ -222,7 +222,7 @@ fn percent_decoded(text: &str) -> String {
 }
 
 /// The `steps` query parameter: `full` (the default) or `removed`.
-fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
+pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
     let mut format = StepsFormat::Full;
     for pair in query.unwrap_or("").split('&') {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -274,6 +274,9 @@ pub async fn allocate(
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
+    if app.inventory().is_some() {
+        return super::inventory::allocate(app, query, headers, body).await;
+    }
     // A batch lists compact steps unless `steps` is given.
     let batch_format =
         query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps="))).then_some(format);
@@ -364,6 +367,10 @@ pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
         "uptime_seconds": app.started.elapsed().as_secs(),
         "plugins": app.custom_plugins(),
     });
+    let mut body = body;
+    if let Some(inventory) = app.inventory() {
+        body["inventory"] = inventory.health();
+    }
     json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
 }
 

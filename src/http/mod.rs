@@ -10,6 +10,7 @@ mod drain;
 mod errors;
 mod handlers;
 mod intake;
+mod inventory;
 pub mod logging;
 mod metrics;
 pub mod openapi;
@@ -66,6 +67,8 @@ pub struct AppState {
     conns: conn::ConnStats,
     drains: drain::DrainStats,
     started: Instant,
+    /// Inventory mode's replica, when `inventory.url` is set.
+    inventory: std::sync::OnceLock<Arc<crate::inventory::Inventory>>,
 }
 
 impl AppState {
@@ -86,11 +89,21 @@ impl AppState {
             conns: conn::ConnStats::default(),
             drains: drain::DrainStats::default(),
             started: Instant::now(),
+            inventory: std::sync::OnceLock::new(),
         })
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Loaded> {
         self.loaded.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Switches inventory mode on (once, at start-up).
+    pub fn set_inventory(&self, inventory: Arc<crate::inventory::Inventory>) {
+        let _ = self.inventory.set(inventory);
+    }
+
+    pub fn inventory(&self) -> Option<&Arc<crate::inventory::Inventory>> {
+        self.inventory.get()
     }
 
     pub fn engine(&self) -> Arc<Engine> {
@@ -148,6 +161,7 @@ fn endpoint_label(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/openapi.json" => "/openapi.json",
         "/admin/reload" => "/admin/reload",
+        p if p.starts_with("/inventory/") => "/inventory",
         _ => "other",
     }
 }
@@ -236,6 +250,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/allocate", post(handlers::allocate))
         .route("/capacity", post(handlers::capacity))
         .route("/admin/reload", post(handlers::reload))
+        .merge(inventory::routes())
         .route_layer(middleware::from_fn_with_state(app.clone(), require_token));
     Router::new()
         .merge(guarded)

@@ -31,6 +31,12 @@ pub use payload::{
 /// the tickets.
 pub fn validate_allocate(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
     validate_server_list(&body.servers)?;
+    validate_payload(body)
+}
+
+/// [`validate_allocate`] without the server list: inventory mode takes its servers from
+/// the inventory, which were checked when they were stored.
+pub fn validate_payload(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
     match first_failure(body) {
         Some((field, message)) => Err(FieldError::invalid(field, message)),
         None => Ok(()),

@@ -1,0 +1,146 @@
+//! Servers and VMs as fed to the inventory: read by the reader `/allocate` uses, checked
+//! against the server schema (an invalid server is refused, not stored: in a request
+//! `hard-filter-invalid-servers` would drop it), and split into the server object and its
+//! VMs for the store.
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+
+use super::store::ServerRecord;
+use crate::model::{BodyError, FieldError, Server};
+use crate::validate::validate_server_list;
+use crate::wire::parse_capacity_body;
+
+/// Why a feed was refused.
+#[derive(Debug)]
+pub enum RecordError {
+    /// Not JSON, or not of the expected shape (400).
+    Malformed(String),
+    /// Fields that fail the checks, each named (422).
+    Invalid(Vec<FieldError>),
+}
+
+impl From<BodyError> for RecordError {
+    fn from(e: BodyError) -> RecordError {
+        match e {
+            BodyError::Malformed(m) => RecordError::Malformed(m),
+            BodyError::Invalid(errors) => RecordError::Invalid(errors),
+        }
+    }
+}
+
+fn invalid(field: impl Into<String>, message: impl Into<String>) -> RecordError {
+    RecordError::Invalid(vec![FieldError::invalid(field, message)])
+}
+
+/// One server (`PUT /inventory/servers/{uuid}`): its uuid must be `uuid`. `vms_given`
+/// tells whether the body carried `vms` (if not, the stored VMs stay).
+pub fn server(body: &[u8], uuid: &str, max_vms: usize) -> Result<(ServerRecord, bool), RecordError> {
+    let text = std::str::from_utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
+    let wrapped = format!("[{text}]");
+    let (raw, servers) = parse_capacity_body(wrapped.as_bytes()).map_err(|e| match e {
+        BodyError::Invalid(errors) => RecordError::Invalid(renamed(errors, "servers[0]", "server")),
+        other => other.into(),
+    })?;
+    let (Some(&raw), Some(server)) = (raw.first(), servers.first()) else {
+        return Err(RecordError::Malformed("body must be one server object".into()));
+    };
+    check(server, "server", max_vms)?;
+    if server.uuid.as_str() != Some(uuid) {
+        return Err(invalid("server.uuid", format!("must be {uuid}, the uuid in the path")));
+    }
+    split(raw, uuid)
+}
+
+/// A whole dump (`POST /inventory/load`): `{"servers": [...]}` or a bare array.
+pub fn dump(body: &[u8], max_vms: usize) -> Result<Vec<ServerRecord>, RecordError> {
+    let (raw, servers) = parse_capacity_body(body)?;
+    validate_server_list(&servers).map_err(|e| RecordError::Invalid(vec![e]))?;
+    let mut records = Vec::with_capacity(servers.len());
+    for (i, (server, raw)) in servers.iter().zip(raw).enumerate() {
+        check(server, &format!("servers[{i}]"), max_vms)?;
+        let uuid = server.uuid.as_str().unwrap_or_default();
+        records.push(split(raw, uuid)?.0);
+    }
+    Ok(records)
+}
+
+/// A VM (`PUT /inventory/vms/{uuid}`): its object, and the server it is on (its
+/// `server_uuid`, else `server_uuid` given apart).
+pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String, String), RecordError> {
+    let text = std::str::from_utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
+    let fields: IndexMap<&str, &RawValue> =
+        serde_json::from_str(text).map_err(|e| RecordError::Malformed(format!("body must be a VM object: {e}")))?;
+    let own = fields.get("server_uuid").and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+    let server = match (own, server_uuid) {
+        (Some(own), Some(given)) if own != given => {
+            return Err(invalid("server_uuid", format!("{given} given, but the VM says {own}")))
+        }
+        (Some(own), _) => own,
+        (None, Some(given)) => given.to_string(),
+        (None, None) => {
+            return Err(invalid("server_uuid", "the VM's server_uuid is needed (in the VM or ?server_uuid=)"))
+        }
+    };
+    // Read as it would be on a server in a request, to refuse what such a read refuses.
+    let probe = format!(r#"[{{"uuid":{},"vms":{{{}:{text}}}}}]"#, json_str(&server), json_str(uuid));
+    parse_capacity_body(probe.as_bytes()).map_err(|e| match e {
+        BodyError::Invalid(errors) => RecordError::Invalid(renamed(errors, "servers[0].vms", "vm")),
+        other => other.into(),
+    })?;
+    Ok((server, text.to_string()))
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn renamed(errors: Vec<FieldError>, from: &str, to: &str) -> Vec<FieldError> {
+    errors
+        .into_iter()
+        .map(|mut e| {
+            if let Some(rest) = e.field.strip_prefix(from) {
+                let rest = rest.split_once('.').map_or(rest, |(_, r)| r);
+                e.field = if rest.is_empty() || rest.starts_with('[') {
+                    format!("{to}{rest}")
+                } else {
+                    format!("{to}.{rest}")
+                };
+            }
+            e
+        })
+        .collect()
+}
+
+/// The checks `/allocate` applies to each server, plus the schema (refused here).
+fn check(server: &Server, field: &str, max_vms: usize) -> Result<(), RecordError> {
+    if server.uuid.as_str().is_none_or(str::is_empty) {
+        return Err(invalid(format!("{field}.uuid"), "must be a string"));
+    }
+    if let Some(violation) = server.schema_violation() {
+        return Err(invalid(field.to_string(), format!("invalid server: {violation}")));
+    }
+    let n = server.inline_vm_count();
+    if n > max_vms {
+        return Err(invalid(format!("{field}.vms"), format!("{n} VMs given; the limit is {max_vms}")));
+    }
+    Ok(())
+}
+
+/// The server object with its `vms` object emptied, and the VMs apart; the flag says
+/// whether `vms` was given at all.
+fn split(raw: &str, uuid: &str) -> Result<(ServerRecord, bool), RecordError> {
+    let mut fields: IndexMap<&str, &RawValue> =
+        serde_json::from_str(raw).map_err(|e| RecordError::Malformed(format!("server is not an object: {e}")))?;
+    let empty: Box<RawValue> = RawValue::from_string("{}".into()).map_err(|e| RecordError::Malformed(e.to_string()))?;
+    let mut vms = Vec::new();
+    let given = fields.contains_key("vms");
+    if let Some(raw_vms) = fields.get("vms").copied() {
+        if let Ok(map) = serde_json::from_str::<IndexMap<String, &RawValue>>(raw_vms.get()) {
+            vms = map.into_iter().map(|(k, v)| (k, v.get().to_string())).collect();
+            fields.insert("vms", &empty);
+        }
+    }
+    let object = serde_json::to_string(&fields).map_err(|e| RecordError::Malformed(e.to_string()))?;
+    Ok((ServerRecord { uuid: uuid.to_string(), object, vms }, given))
+}

@@ -1,0 +1,447 @@
+//! The PostgreSQL side of inventory mode: migrations, writes (each in one transaction that
+//! bumps the generation and notifies the replicas), the catch-up read and the claim.
+//!
+//! The pool is deadpool-postgres over tokio-postgres: both are maintained, async, and
+//! small; a pool saves a connection set-up (~ms) per request and caps connections per
+//! replica. Every write takes one advisory lock before drawing its generation, so that
+//! generations commit in order and a replica reading `generation > last` misses nothing.
+
+use deadpool_postgres::Transaction;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+/// The channel replicas listen on; the payload is `<uuid> <generation>`.
+pub const CHANNEL: &str = "dapi_inventory";
+
+/// Serialises writers (see the module header).
+const WRITE_LOCK: i64 = 0x6461_7069; // "dapi"
+/// Serialises migrations of replicas starting together.
+const MIGRATE_LOCK: i64 = 0x6461_7070;
+
+/// The migrations, in order: (version, SQL). Applied ones are recorded in
+/// `schema_migrations`.
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_init.sql"))];
+
+/// A store failure: the database is out of reach, or refused a statement.
+#[derive(Debug)]
+pub struct StoreError(pub String);
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> StoreError {
+        // The source says why (connection refused, the server's own message).
+        let mut message = e.to_string();
+        if let Some(db) = e.as_db_error() {
+            message = format!("{message}: {}", db.message());
+        } else if let Some(source) = std::error::Error::source(&e) {
+            message = format!("{message}: {source}");
+        }
+        StoreError(message)
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for StoreError {
+    fn from(e: deadpool_postgres::PoolError) -> StoreError {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => StoreError(other.to_string()),
+        }
+    }
+}
+
+/// A server as stored: its object (VMs apart) and its VMs in order.
+#[derive(Debug, Clone)]
+pub struct ServerRecord {
+    pub uuid: String,
+    pub object: String,
+    pub vms: Vec<(String, String)>,
+}
+
+/// What changed since a generation.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// (uuid, generation, position, deleted, the record when its content changed).
+    pub servers: Vec<(String, i64, i64, bool, Option<ServerRecord>)>,
+    /// Every live claim: (vm uuid, server uuid, resources JSON, expiry in Unix seconds).
+    pub claims: Vec<(String, String, String, f64)>,
+}
+
+/// Why a claim was not taken.
+#[derive(Debug)]
+pub enum ClaimError {
+    /// The server changed since the generation the allocation saw (or was deleted).
+    Conflict,
+    Store(StoreError),
+}
+
+impl From<tokio_postgres::Error> for ClaimError {
+    fn from(e: tokio_postgres::Error) -> ClaimError {
+        ClaimError::Store(e.into())
+    }
+}
+
+#[derive(Clone)]
+pub struct Store {
+    pool: Pool,
+    url: String,
+}
+
+impl Store {
+    /// Connects (once, to fail at start-up when the database is out of reach) and applies
+    /// the migrations not yet applied.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        let config: tokio_postgres::Config =
+            url.parse().map_err(|e| StoreError(format!("inventory.url is not a PostgreSQL URL: {e}")))?;
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(8)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(std::time::Duration::from_secs(5)))
+            .create_timeout(Some(std::time::Duration::from_secs(5)))
+            .build()
+            .map_err(|e| StoreError(e.to_string()))?;
+        let store = Store { pool, url: url.to_string() };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK]).await?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, \
+             applied timestamptz NOT NULL DEFAULT now())",
+        )
+        .await?;
+        let applied: Vec<i32> =
+            tx.query("SELECT version FROM schema_migrations", &[]).await?.iter().map(|r| r.get(0)).collect();
+        for (version, sql) in MIGRATIONS {
+            if applied.contains(version) {
+                continue;
+            }
+            tx.batch_execute(sql)
+                .await
+                .map_err(|e| StoreError(format!("migration {version}: {}", StoreError::from(e))))?;
+            tx.execute("INSERT INTO schema_migrations (version) VALUES ($1)", &[version]).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A write transaction, its generation drawn (after the write lock).
+    async fn begin_write<'c>(client: &'c mut deadpool_postgres::Object) -> Result<(Transaction<'c>, i64), StoreError> {
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).await?;
+        let generation: i64 = tx.query_one("SELECT nextval('inventory_generation')", &[]).await?.get(0);
+        Ok((tx, generation))
+    }
+
+    async fn notify(tx: &Transaction<'_>, uuid: &str, generation: i64) -> Result<(), tokio_postgres::Error> {
+        tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &format!("{uuid} {generation}")]).await.map(|_| ())
+    }
+
+    /// Stores one server (replacing it and, when `vms` is given, its VMs); claims of VMs
+    /// now present are dropped. Returns the generation.
+    pub async fn put_server(&self, record: &ServerRecord, replace_vms: bool) -> Result<i64, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        upsert_server(&tx, record, replace_vms, false, generation).await?;
+        Self::notify(&tx, &record.uuid, generation).await?;
+        tx.commit().await?;
+        Ok(generation)
+    }
+
+    /// Replaces the whole inventory (servers not in `records` are deleted) in one
+    /// transaction.
+    pub async fn load(&self, records: &[ServerRecord]) -> Result<i64, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        tx.execute(
+            "UPDATE servers SET deleted = true, generation = $1, revision = $1 WHERE NOT deleted",
+            &[&generation],
+        )
+        .await?;
+        tx.execute("DELETE FROM vms", &[]).await?;
+        for record in records {
+            upsert_server(&tx, record, true, true, generation).await?;
+        }
+        Self::notify(&tx, "*", generation).await?;
+        tx.commit().await?;
+        Ok(generation)
+    }
+
+    /// Deletes a server (and its VMs and claims); false when there was none.
+    pub async fn delete_server(&self, uuid: &str) -> Result<bool, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        let n = tx
+            .execute(
+                "UPDATE servers SET deleted = true, generation = $2, revision = $2 WHERE uuid = $1 AND NOT deleted",
+                &[&uuid, &generation],
+            )
+            .await?;
+        tx.execute("DELETE FROM vms WHERE server_uuid = $1", &[&uuid]).await?;
+        tx.execute("DELETE FROM claims WHERE server_uuid = $1", &[&uuid]).await?;
+        Self::notify(&tx, uuid, generation).await?;
+        tx.commit().await?;
+        Ok(n > 0)
+    }
+
+    /// Stores a VM on a server (moving it from another one if need be); its claim, if
+    /// any, is dropped: the VM now counts itself. `Ok(None)` when the server is unknown.
+    pub async fn put_vm(&self, uuid: &str, server_uuid: &str, object: &str) -> Result<Option<i64>, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        let bumped = tx
+            .execute(
+                "UPDATE servers SET generation = $2, revision = $2 WHERE (uuid = $1 AND NOT deleted) \
+                 OR uuid = (SELECT server_uuid FROM vms WHERE uuid = $3)",
+                &[&server_uuid, &generation, &uuid],
+            )
+            .await?;
+        let exists =
+            tx.query_opt("SELECT 1 FROM servers WHERE uuid = $1 AND NOT deleted", &[&server_uuid]).await?.is_some();
+        if !exists || bumped == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.execute(
+            "INSERT INTO vms (uuid, server_uuid, position, object) VALUES ($1, $2, $3, CAST($4::text AS json)) \
+             ON CONFLICT (uuid) DO UPDATE SET server_uuid = EXCLUDED.server_uuid, object = EXCLUDED.object, \
+             position = CASE WHEN vms.server_uuid = EXCLUDED.server_uuid THEN vms.position ELSE EXCLUDED.position END",
+            &[&uuid, &server_uuid, &generation, &object],
+        )
+        .await?;
+        tx.execute("DELETE FROM claims WHERE vm_uuid = $1", &[&uuid]).await?;
+        Self::notify(&tx, server_uuid, generation).await?;
+        tx.commit().await?;
+        Ok(Some(generation))
+    }
+
+    /// Deletes a VM; false when there was none.
+    pub async fn delete_vm(&self, uuid: &str) -> Result<bool, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        let row = tx.query_opt("DELETE FROM vms WHERE uuid = $1 RETURNING server_uuid", &[&uuid]).await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let server: String = row.get(0);
+        tx.execute("UPDATE servers SET generation = $2, revision = $2 WHERE uuid = $1", &[&server, &generation])
+            .await?;
+        Self::notify(&tx, &server, generation).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Takes a claim on `server_uuid` if it is still at `seen` (the generation the
+    /// allocation was decided on); returns the server's new generation.
+    pub async fn claim(
+        &self,
+        server_uuid: &str,
+        seen: i64,
+        vm_uuid: &str,
+        resources: &str,
+        ttl_s: u64,
+    ) -> Result<(i64, f64), ClaimError> {
+        let mut client = self.pool.get().await.map_err(|e| ClaimError::Store(e.into()))?;
+        let (tx, generation) = Self::begin_write(&mut client).await.map_err(ClaimError::Store)?;
+        let n = tx
+            .execute(
+                "UPDATE servers SET generation = $3 WHERE uuid = $1 AND generation = $2 AND NOT deleted",
+                &[&server_uuid, &seen, &generation],
+            )
+            .await?;
+        if n == 0 {
+            tx.rollback().await?;
+            return Err(ClaimError::Conflict);
+        }
+        let ttl = ttl_s as f64;
+        let row = tx
+            .query_one(
+                "INSERT INTO claims (vm_uuid, server_uuid, resources, expires) \
+                 VALUES ($1, $2, CAST($3::text AS json), now() + make_interval(secs => $4)) \
+                 ON CONFLICT (vm_uuid) DO UPDATE SET server_uuid = EXCLUDED.server_uuid, \
+                 resources = EXCLUDED.resources, created = now(), expires = EXCLUDED.expires \
+                 RETURNING extract(epoch FROM expires)::float8",
+                &[&vm_uuid, &server_uuid, &resources, &ttl],
+            )
+            .await?;
+        let expires: f64 = row.get(0);
+        Self::notify(&tx, server_uuid, generation).await?;
+        tx.commit().await?;
+        Ok((generation, expires))
+    }
+
+    /// Releases a claim (a failed provision); false when there was none.
+    pub async fn release(&self, vm_uuid: &str) -> Result<bool, StoreError> {
+        let mut client = self.pool.get().await?;
+        let (tx, generation) = Self::begin_write(&mut client).await?;
+        let row = tx.query_opt("DELETE FROM claims WHERE vm_uuid = $1 RETURNING server_uuid", &[&vm_uuid]).await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let server: String = row.get(0);
+        tx.execute("UPDATE servers SET generation = $2 WHERE uuid = $1", &[&server, &generation]).await?;
+        Self::notify(&tx, &server, generation).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Everything changed after generation `since` (0: everything), read in one snapshot,
+    /// with every live claim.
+    pub async fn changes_since(&self, since: i64) -> Result<Changes, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let rows = tx
+            .query(
+                "SELECT uuid, generation, position, deleted, \
+                 CASE WHEN revision > $1 AND NOT deleted THEN object::text END \
+                 FROM servers WHERE generation > $1",
+                &[&since],
+            )
+            .await?;
+        let mut changes = Changes::default();
+        let mut changed: Vec<String> = Vec::new();
+        for row in rows {
+            let uuid: String = row.get(0);
+            let object: Option<String> = row.get(4);
+            if object.is_some() {
+                changed.push(uuid.clone());
+            }
+            let record = object.map(|object| ServerRecord { uuid: uuid.clone(), object, vms: Vec::new() });
+            changes.servers.push((uuid, row.get(1), row.get(2), row.get(3), record));
+        }
+        if !changed.is_empty() {
+            let vms = tx
+                .query(
+                    "SELECT server_uuid, uuid, object::text FROM vms WHERE server_uuid = ANY($1) \
+                     ORDER BY server_uuid, position",
+                    &[&changed],
+                )
+                .await?;
+            let mut by_server: std::collections::HashMap<String, Vec<(String, String)>> = Default::default();
+            for row in vms {
+                by_server.entry(row.get(0)).or_default().push((row.get(1), row.get(2)));
+            }
+            for (_, _, _, _, record) in &mut changes.servers {
+                if let Some(record) = record {
+                    record.vms = by_server.remove(&record.uuid).unwrap_or_default();
+                }
+            }
+        }
+        let claims = tx
+            .query(
+                "SELECT vm_uuid, server_uuid, resources::text, extract(epoch FROM expires)::float8 \
+                 FROM claims WHERE expires > now() ORDER BY created, vm_uuid",
+                &[],
+            )
+            .await?;
+        changes.claims = claims.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        tx.commit().await?;
+        Ok(changes)
+    }
+
+    /// The servers as stored (live ones), in order, or one of them.
+    pub async fn servers(&self, uuid: Option<&str>) -> Result<Vec<(ServerRecord, i64)>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT uuid, object::text, generation FROM servers WHERE NOT deleted \
+                 AND ($1::text IS NULL OR uuid = $1) ORDER BY position",
+                &[&uuid],
+            )
+            .await?;
+        let uuids: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let vms = client
+            .query(
+                "SELECT server_uuid, uuid, object::text FROM vms WHERE server_uuid = ANY($1) \
+                 ORDER BY server_uuid, position",
+                &[&uuids],
+            )
+            .await?;
+        let mut by_server: std::collections::HashMap<String, Vec<(String, String)>> = Default::default();
+        for row in vms {
+            by_server.entry(row.get(0)).or_default().push((row.get(1), row.get(2)));
+        }
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let uuid: String = r.get(0);
+                let vms = by_server.remove(&uuid).unwrap_or_default();
+                (ServerRecord { uuid, object: r.get(1), vms }, r.get(2))
+            })
+            .collect())
+    }
+
+    /// A connection of its own for `LISTEN` (a pooled one would be recycled).
+    pub async fn listener(
+        &self,
+    ) -> Result<
+        (tokio_postgres::Client, tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>),
+        StoreError,
+    > {
+        Ok(tokio_postgres::connect(&self.url, NoTls).await?)
+    }
+}
+
+async fn upsert_server(
+    tx: &Transaction<'_>,
+    record: &ServerRecord,
+    replace_vms: bool,
+    reorder: bool,
+    generation: i64,
+) -> Result<(), tokio_postgres::Error> {
+    // A revived (deleted) server goes to the end, as a new one does; a load puts every
+    // server where the dump has it.
+    tx.execute(
+        "INSERT INTO servers (uuid, position, object, generation, revision) \
+         VALUES ($1, nextval('inventory_position'), CAST($3::text AS json), $2, $2) \
+         ON CONFLICT (uuid) DO UPDATE SET object = EXCLUDED.object, generation = $2, revision = $2, \
+         position = CASE WHEN servers.deleted OR $4 THEN EXCLUDED.position ELSE servers.position END, \
+         deleted = false",
+        &[&record.uuid, &generation, &record.object, &reorder],
+    )
+    .await?;
+    if replace_vms {
+        tx.execute("DELETE FROM vms WHERE server_uuid = $1", &[&record.uuid]).await?;
+        if !record.vms.is_empty() {
+            let uuids: Vec<&str> = record.vms.iter().map(|(u, _)| u.as_str()).collect();
+            let objects: Vec<&str> = record.vms.iter().map(|(_, o)| o.as_str()).collect();
+            // A VM listed on another server moves here: that server changes too.
+            tx.execute(
+                "UPDATE servers SET generation = $2, revision = $2 WHERE uuid IN \
+                 (SELECT server_uuid FROM vms WHERE uuid = ANY($1))",
+                &[&uuids, &generation],
+            )
+            .await?;
+            tx.execute(
+                "INSERT INTO vms (uuid, server_uuid, position, object) \
+                 SELECT u, $1, o, CAST(j AS json) FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS t(u, j, o) \
+                 ON CONFLICT (uuid) DO UPDATE SET server_uuid = EXCLUDED.server_uuid, object = EXCLUDED.object, \
+                 position = EXCLUDED.position",
+                &[&record.uuid, &uuids, &objects],
+            )
+            .await?;
+            tx.execute("DELETE FROM claims WHERE vm_uuid = ANY($1)", &[&uuids]).await?;
+        }
+    }
+    Ok(())
+}

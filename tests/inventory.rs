@@ -1,0 +1,334 @@
+//! Inventory mode end to end, on a throwaway PostgreSQL (tests/pg): fidelity with the
+//! stateless path on every vendored recorded case, replicas seeing each other's changes,
+//! no over-commit under concurrent replicas, and a database restart.
+
+mod common;
+mod pg;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{post_json, send, Service};
+use dapi::config::ServiceConfig;
+use dapi::http::AppState;
+use dapi::inventory::Inventory;
+use serde_json::{json, Value};
+
+/// A replica on `url` (config file `file` over the built-in one, `env` over both).
+async fn replica(file: Option<&Path>, url: &str, env: &[(&str, &str)]) -> Service {
+    let mut vars: Vec<(String, String)> = vec![("DAPI_INVENTORY__URL".into(), url.into())];
+    vars.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let config = ServiceConfig::load(file, vars).expect("test config is valid");
+    let inventory = Inventory::start(&config.inventory).await.expect("the inventory starts");
+    let app = Arc::new(AppState::new(config, None).expect("engine builds"));
+    app.set_inventory(inventory);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind loopback");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(dapi::http::serve(listener, app.clone()));
+    Service { addr, app }
+}
+
+async fn put_json(addr: std::net::SocketAddr, path: &str, body: &Value) -> common::Reply {
+    let bytes = serde_json::to_vec(body).expect("serialisable");
+    send(addr, "PUT", path, &[("Content-Type", "application/json")], &bytes).await
+}
+
+fn cases() -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/conformance/cases exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("readable")).expect("JSON")).collect()
+}
+
+fn steps_and_choice(answer: &Value) -> (Value, Value) {
+    let chosen = answer["server"].get("uuid").cloned().unwrap_or(Value::Null);
+    (chosen, answer["steps"].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_vendored_case_decides_the_same_on_the_inventory() {
+    let Some(pg) = pg::start("inventory fidelity") else { return };
+    let url = pg.database("fidelity");
+    let dir = pg.dir().to_path_buf();
+    let (mut compared, mut refused) = (0, Vec::new());
+    for (i, case) in cases().iter().enumerate() {
+        let name = case["name"].as_str().unwrap_or("?").to_string();
+        let config_path = dir.join(format!("case-{i}.json"));
+        std::fs::write(&config_path, serde_json::to_vec(&case["config"]).expect("config")).expect("write config");
+        let service = replica(Some(&config_path), &url, &[]).await;
+        let mut request = case["request"].clone();
+        if request["vm"].get("vm_uuid").is_none() && request["vm"].get("uuid").is_none() {
+            request["vm"]["vm_uuid"] = json!(format!("00000000-0000-4000-8000-{i:012}"));
+        }
+        let vm_uuid = request["vm"]["vm_uuid"].as_str().or(request["vm"]["uuid"].as_str()).map(str::to_string);
+        let loaded = post_json(service.addr, "/inventory/load", &json!({"servers": request["servers"]})).await;
+        if loaded.status == 422 {
+            // Invalid servers are refused, not stored; the error names the field.
+            let body = loaded.json();
+            assert!(body["errors"][0]["field"].as_str().is_some_and(|f| f.starts_with("servers")), "{name}: {body}");
+            refused.push(name);
+            continue;
+        }
+        assert_eq!(loaded.status, 200, "{name}: load: {}", String::from_utf8_lossy(&loaded.body));
+        let stateless = post_json(service.addr, "/allocate?steps=full", &request).await;
+        let mut without = request.clone();
+        without.as_object_mut().expect("object").remove("servers");
+        let inventory = post_json(service.addr, "/allocate?steps=full", &without).await;
+        assert_eq!(inventory.status, stateless.status, "{name}: {}", String::from_utf8_lossy(&inventory.body));
+        let (a, b) = (stateless.json(), inventory.json());
+        if stateless.status == 200 || stateless.status == 409 {
+            assert_eq!(steps_and_choice(&b), steps_and_choice(&a), "{name}: inventory vs stateless");
+        } else {
+            assert_eq!(b, a, "{name}: the same error");
+        }
+        if inventory.status == 200 {
+            let vm = vm_uuid.expect("a placed VM has a uuid");
+            let released = send(service.addr, "DELETE", &format!("/inventory/claims/{vm}"), &[], b"").await;
+            assert_eq!(released.status, 200, "{name}: the claim is released");
+        }
+        compared += 1;
+    }
+    println!("fidelity: {compared} cases compared, {} refused at load (invalid servers): {refused:?}", refused.len());
+    assert!(compared >= 40, "most vendored cases load and compare ({compared})");
+}
+
+/// The example request's first server, renamed, as a template.
+fn server(uuid: &str) -> Value {
+    let mut s = common::example_request()["servers"][0].clone();
+    s["uuid"] = json!(uuid);
+    s["hostname"] = json!(format!("cn-{}", &uuid[..8]));
+    s
+}
+
+fn big_vm(vm_uuid: &str) -> Value {
+    let mut request = common::example_request();
+    request.as_object_mut().expect("object").remove("servers");
+    request["vm"]["vm_uuid"] = json!(vm_uuid);
+    request["vm"]["uuid"] = json!(vm_uuid);
+    request["vm"]["ram"] = json!(65536);
+    request["vm"]["max_physical_memory"] = json!(65536);
+    request["package"]["max_physical_memory"] = json!(65536);
+    request
+}
+
+fn uuid(prefix: u32, n: usize) -> String {
+    format!("{prefix:08x}-0000-4000-8000-{n:012}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_replica_sees_a_committed_change() {
+    let Some(pg) = pg::start("inventory replicas") else { return };
+    let url = pg.database("replicas");
+    let a = replica(None, &url, &[]).await;
+    let b = replica(None, &url, &[]).await;
+    let s1 = uuid(1, 1);
+    let put = put_json(a.addr, &format!("/inventory/servers/{s1}"), &server(&s1)).await;
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    let started = Instant::now();
+    loop {
+        let reply = post_json(b.addr, "/allocate", &big_vm(&uuid(9, 1))).await;
+        if reply.status == 200 {
+            assert_eq!(reply.json()["server"]["uuid"], json!(s1));
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "replica b never saw the server: {}", reply.status);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!("replica b used a server put through replica a after {:?}", started.elapsed());
+    // b's claim is seen by a: the GET lists the server, the claim is in the store.
+    let listed = send(a.addr, "GET", "/inventory/servers", &[], b"").await;
+    assert_eq!(listed.json().as_array().map(Vec::len), Some(1));
+    assert_eq!(pg.psql("replicas", "SELECT server_uuid FROM claims"), s1);
+    // Deleting through b empties a.
+    let deleted = send(b.addr, "DELETE", &format!("/inventory/servers/{s1}"), &[], b"").await;
+    assert_eq!(deleted.status, 200);
+    let started = Instant::now();
+    loop {
+        let reply = post_json(a.addr, "/allocate", &big_vm(&uuid(9, 2))).await;
+        if reply.status == 409 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "replica a never saw the deletion: {}", reply.status);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn feeding_is_validated_like_allocate() {
+    let Some(pg) = pg::start("inventory validation") else { return };
+    let url = pg.database("feeding");
+    let a = replica(None, &url, &[]).await;
+    let s1 = uuid(1, 1);
+    let mut bad = server(&s1);
+    bad["memory_total_bytes"] = json!("lots");
+    let reply = put_json(a.addr, &format!("/inventory/servers/{s1}"), &bad).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.json()["errors"][0]["field"], json!("server"));
+    assert!(reply.json()["errors"][0]["message"].as_str().is_some_and(|m| m.contains("memory_total_bytes")));
+    let reply = put_json(a.addr, &format!("/inventory/servers/{}", uuid(1, 2)), &server(&s1)).await;
+    assert_eq!(reply.status, 422);
+    assert_eq!(reply.json()["errors"][0]["field"], json!("server.uuid"));
+    assert_eq!(pg.psql("feeding", "SELECT count(*) FROM servers"), "0", "invalid servers are not stored");
+    // A VM needs a known server.
+    let vm = json!({"uuid": uuid(7, 1), "server_uuid": s1, "ram": 1024, "max_physical_memory": 1024, "state": "running", "brand": "joyent", "owner_uuid": uuid(8, 1)});
+    let reply = put_json(a.addr, &format!("/inventory/vms/{}", uuid(7, 1)), &vm).await;
+    assert_eq!(reply.status, 422);
+    assert_eq!(reply.json()["errors"][0]["field"], json!("server_uuid"));
+    let reply = put_json(a.addr, &format!("/inventory/servers/{s1}"), &server(&s1)).await;
+    assert_eq!(reply.status, 200);
+    let reply = put_json(a.addr, &format!("/inventory/vms/{}", uuid(7, 1)), &vm).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
+    assert!(got.json()["vms"].get(uuid(7, 1)).is_some(), "the VM is listed on its server");
+    // An allocation without a VM uuid cannot claim.
+    let mut request = big_vm(&uuid(9, 1));
+    request["vm"].as_object_mut().expect("object").remove("vm_uuid");
+    request["vm"].as_object_mut().expect("object").remove("uuid");
+    let reply = post_json(a.addr, "/allocate", &request).await;
+    assert_eq!(reply.status, 422);
+    assert!(reply.json()["errors"][0]["field"].as_str().is_some_and(|f| f.starts_with("vm")), "{}", reply.json());
+}
+
+/// Fills servers with VMs through `replicas` from `clients` concurrent clients until every
+/// allocation answers 409; the 200s (VM → server).
+async fn fill(replicas: &[std::net::SocketAddr], clients: usize, prefix: u32) -> BTreeMap<String, String> {
+    let placed = Arc::new(std::sync::Mutex::new(BTreeMap::new()));
+    let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let addr = replicas[c % replicas.len()];
+        let (placed, counter) = (placed.clone(), counter.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut unavailable_since: Option<Instant> = None;
+            loop {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let vm = uuid(prefix, n);
+                let reply = post_json(addr, "/allocate", &big_vm(&vm)).await;
+                match reply.status {
+                    200 => {
+                        unavailable_since = None;
+                        let server = reply.json()["server"]["uuid"].as_str().expect("uuid").to_string();
+                        placed.lock().expect("lock").insert(vm, server);
+                    }
+                    409 => return,
+                    // Busy (more clients than permits) or lost races: retry, within bounds.
+                    503 => {
+                        let since = *unavailable_since.get_or_insert_with(Instant::now);
+                        assert!(
+                            since.elapsed() < Duration::from_secs(30),
+                            "503 for ever: {}",
+                            String::from_utf8_lossy(&reply.body)
+                        );
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&reply.body)),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("client ran");
+    }
+    let placed = placed.lock().expect("lock").clone();
+    placed
+}
+
+fn per_server(placed: &BTreeMap<String, String>) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for server in placed.values() {
+        *counts.entry(server.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_with_concurrent_clients_never_over_commit() {
+    let Some(pg) = pg::start("inventory concurrency") else { return };
+    let servers: Vec<Value> = (0..6).map(|n| server(&uuid(1, n))).collect();
+    // What the chain allows: one client, one replica, until nothing fits.
+    let url = pg.database("sequential");
+    let one = replica(None, &url, &[]).await;
+    assert_eq!(post_json(one.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    let allowed = per_server(&fill(&[one.addr], 1, 0xa).await);
+    let total: usize = allowed.values().sum();
+    assert!(total >= servers.len(), "each server takes at least one VM ({allowed:?})");
+    // Two replicas, 16 clients.
+    let url = pg.database("concurrent");
+    let a = replica(None, &url, &[]).await;
+    let b = replica(None, &url, &[]).await;
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    let started = Instant::now();
+    let placed = fill(&[a.addr, b.addr], 16, 0xb).await;
+    println!("{} VMs placed by 2 replicas, 16 clients, in {:?} ({allowed:?} allowed)", placed.len(), started.elapsed());
+    // The store's claims, by SQL: no server holds more than the chain allows, every 200
+    // has its claim and no claim lacks its 200.
+    let rows = pg.psql("concurrent", "SELECT vm_uuid || ' ' || server_uuid FROM claims ORDER BY 1");
+    let claims: BTreeMap<String, String> =
+        rows.lines().filter_map(|l| l.split_once(' ').map(|(v, s)| (v.to_string(), s.to_string()))).collect();
+    assert_eq!(claims, placed, "claims and 200s match one to one");
+    for (server, n) in per_server(&claims) {
+        assert!(n <= allowed.get(&server).copied().unwrap_or(0), "{server}: {n} claims, {allowed:?} allowed");
+    }
+    assert_eq!(claims.len(), total, "the datacenter is filled as far as the chain allows");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_database_restart_gives_503s_then_recovers() {
+    let Some(pg) = pg::start("inventory restart") else { return };
+    let url = pg.database("restart");
+    let a = replica(None, &url, &[("DAPI_INVENTORY__STALENESS_MS", "300")]).await;
+    let servers: Vec<Value> = (0..3).map(|n| server(&uuid(1, n))).collect();
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    assert_eq!(post_json(a.addr, "/allocate", &big_vm(&uuid(9, 0))).await.status, 200);
+    pg.stop_server();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let reply = post_json(a.addr, "/allocate", &big_vm(&uuid(9, 1))).await;
+    assert_eq!(reply.status, 503, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.header("retry-after").is_some(), "503 says when to retry");
+    let ping = send(a.addr, "GET", "/ping", &[], b"").await.json();
+    assert_eq!(ping["inventory"]["state"], json!("stale"), "{ping}");
+    pg.start_server();
+    let started = Instant::now();
+    loop {
+        let reply = post_json(a.addr, "/allocate", &big_vm(&uuid(9, 2))).await;
+        if reply.status == 200 {
+            break;
+        }
+        assert_eq!(reply.status, 503);
+        assert!(started.elapsed() < Duration::from_secs(15), "never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    println!("recovered {:?} after the database came back", started.elapsed());
+    // A change committed by another replica after the restart is seen; nothing committed
+    // before it was lost.
+    let b = replica(None, &url, &[]).await;
+    let s9 = uuid(1, 9);
+    assert_eq!(put_json(b.addr, &format!("/inventory/servers/{s9}"), &server(&s9)).await.status, 200);
+    let ping = send(a.addr, "GET", "/ping", &[], b"").await.json();
+    assert_eq!(ping["inventory"]["state"], json!("following"), "{ping}");
+    assert_eq!(pg.psql("restart", "SELECT count(*) FROM claims"), "2");
+    let started = Instant::now();
+    while send(a.addr, "GET", "/ping", &[], b"").await.json()["inventory"]["servers"] != json!(4) {
+        assert!(started.elapsed() < Duration::from_secs(5), "replica a never saw the new server");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[test]
+fn a_wrong_url_is_a_clear_start_up_error() {
+    let vars = vec![("DAPI_INVENTORY__URL".to_string(), "mysql://nope".to_string())];
+    let err = ServiceConfig::load(None, vars).expect_err("not a PostgreSQL URL");
+    assert!(err.to_string().contains("DAPI_INVENTORY__URL"), "{err}");
+    // Unreachable: nothing listens on port 1.
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let vars = vec![("DAPI_INVENTORY__URL".to_string(), "postgresql://postgres@127.0.0.1:1/x".to_string())];
+    let config = ServiceConfig::load(None, vars).expect("a well-formed URL");
+    let err = rt.block_on(Inventory::start(&config.inventory)).err().expect("unreachable database");
+    assert!(err.to_string().to_lowercase().contains("connect"), "{err}");
+}

@@ -1,0 +1,151 @@
+//! A throwaway PostgreSQL for tests: `initdb` and `pg_ctl` (Debian's `postgresql`
+//! package) in a temporary directory, on a free loopback port; stopped and removed when
+//! dropped. Tests that need it are skipped, saying so, only when `initdb` is not installed.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub struct Postgres {
+    pub port: u16,
+    dir: PathBuf,
+    bin: PathBuf,
+    /// As root, PostgreSQL runs as the `postgres` user.
+    run_as: Option<String>,
+}
+
+/// The directory holding `initdb` and `pg_ctl`, if PostgreSQL is installed.
+pub fn bindir() -> Option<PathBuf> {
+    let from_config = Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let mut candidates: Vec<PathBuf> = from_config.into_iter().collect();
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path().join("bin"))).collect();
+        versions.sort();
+        candidates.extend(versions.into_iter().rev());
+    }
+    candidates.into_iter().find(|d| d.join("initdb").exists() && d.join("pg_ctl").exists())
+}
+
+/// Starts one, or prints why the test is skipped and returns `None` (only when PostgreSQL
+/// is not installed: any other failure panics).
+pub fn start(test: &str) -> Option<Postgres> {
+    let Some(bin) = bindir() else {
+        println!("SKIPPED {test}: PostgreSQL is not installed (no initdb; apt-get install -y postgresql)");
+        eprintln!("SKIPPED {test}: PostgreSQL is not installed (no initdb; apt-get install -y postgresql)");
+        return None;
+    };
+    Some(Postgres::start_in(bin))
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().expect("addr").port()
+}
+
+impl Postgres {
+    fn start_in(bin: PathBuf) -> Postgres {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("dapi-pg-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let root = unsafe { libc::geteuid() } == 0;
+        let run_as = root.then(|| "postgres".to_string());
+        if root {
+            let ok = Command::new("chown").arg("-R").arg("postgres").arg(&dir).status().map(|s| s.success());
+            assert!(matches!(ok, Ok(true)), "chown {} to postgres", dir.display());
+        }
+        let pg = Postgres { port: free_port(), dir, bin, run_as };
+        pg.run("initdb", &["-D", &pg.data(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
+        pg.start_server();
+        pg
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = self.bin.join(tool);
+        let mut cmd = match &self.run_as {
+            Some(user) => {
+                let mut c = Command::new("runuser");
+                c.arg("-u").arg(user).arg("--").arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let out = cmd.args(args).current_dir(&self.dir).output().unwrap_or_else(|e| panic!("{tool}: {e}"));
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn start_server(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+            self.port,
+            self.dir.display()
+        );
+        let log = self.dir.join("log").display().to_string();
+        self.run("pg_ctl", &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "-t", "30", "start"]);
+    }
+
+    pub fn stop_server(&self) {
+        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+    }
+
+    /// A URL to a fresh database of its own.
+    pub fn database(&self, name: &str) -> String {
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(name)
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("postgresql://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Runs SQL with psql; its output (unaligned, tuples only).
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new(self.bin.join("psql"))
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                db,
+                "-At",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("psql runs");
+        assert!(out.status.success(), "psql {sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stop_server()));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
