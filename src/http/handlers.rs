@@ -151,8 +151,8 @@ fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
     post,
     tag = "dapi",
     path = "/allocate",
-    params(("steps" = Option<String>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters.")),
-    request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
+    params(("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters.")),
+    request_body(content = super::request_schema::AllocateRequest, content_type = "application/json", description = "Sent as is, or gzip-compressed with `Content-Encoding: gzip` (the size limit applies to the decompressed body). Answers are gzip- or zstd-compressed when the client sends `Accept-Encoding`."),
     responses(
         (status = 200, description = "A server was chosen", body = super::openapi::AllocateResponse),
         (status = 409, description = "No server fits", body = super::openapi::NoServersResponse),
@@ -160,7 +160,7 @@ fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
-        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a content encoding other than gzip", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
         (status = 500, description = "Internal error", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
@@ -195,14 +195,14 @@ pub async fn allocate(
     post,
     tag = "dapi",
     path = "/capacity",
-    request_body(content = super::openapi::CapacityRequest, content_type = "application/json"),
+    request_body(content = super::request_schema::CapacityRequest, content_type = "application/json", description = "As for `/allocate`: plain or `Content-Encoding: gzip`."),
     responses(
         (status = 200, description = "Unreserved resources per server", body = super::openapi::CapacityResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
-        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a content encoding other than gzip", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
@@ -230,9 +230,9 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     responses(
         (status = 200, description = "Reloaded", body = super::openapi::ReloadResponse),
         (status = 409, description = "Refused; the running config stays", body = super::openapi::ErrorResponse),
-        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorResponse)
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
-    security(("bearer" = []))
+    security((), ("bearer" = []))
 )]
 pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
     let result = tokio::task::spawn_blocking(move || app.reload()).await;

@@ -13,6 +13,7 @@ mod intake;
 pub mod logging;
 mod metrics;
 pub mod openapi;
+mod request_schema;
 mod stream;
 
 use std::path::PathBuf;
