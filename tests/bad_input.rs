@@ -510,6 +510,7 @@ fn rows() -> Vec<Row> {
         ),
         // the body itself
         ("seed negative", Box::new(set(&["seed"], json!(-1))), Invalid("seed", "non-negative integer")),
+        ("seed with a fraction", Box::new(set(&["seed"], json!(7.5))), Invalid("seed", "non-negative integer")),
         ("body not an object", b(|r| *r = json!([1, 2])), Status(400, "not a JSON object")),
     ]
 }

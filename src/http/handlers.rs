@@ -244,11 +244,11 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
     tag = "dapi",
     path = "/allocate",
     params(
-        ("steps" = Option<String>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
+        ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
         ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then."),
         ("why_not" = Option<String>, Query, description = "Server uuids, comma-separated: restricts the per-server part of `explain` to them (a uuid not in the request is answered too). Implies `explain=true`; joins the body's `why_not: [uuid, ...]`.")
     ),
-    request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
+    request_body(content = super::request_schema::AllocateRequest, content_type = "application/json", description = "Sent as is, or gzip-compressed with `Content-Encoding: gzip` (the size limit applies to the decompressed body). Answers are gzip- or zstd-compressed when the client sends `Accept-Encoding`."),
     responses(
         (status = 200, description = "A server was chosen", body = super::openapi::AllocateResponse),
         (status = 409, description = "No server fits", body = super::openapi::NoServersResponse),
@@ -256,7 +256,7 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
-        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a content encoding other than gzip", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
         (status = 500, description = "Internal error", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
@@ -302,14 +302,14 @@ pub async fn allocate(
     post,
     tag = "dapi",
     path = "/capacity",
-    request_body(content = super::openapi::CapacityRequest, content_type = "application/json"),
+    request_body(content = super::request_schema::CapacityRequest, content_type = "application/json", description = "As for `/allocate`: plain or `Content-Encoding: gzip`."),
     responses(
         (status = 200, description = "Unreserved resources per server", body = super::openapi::CapacityResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),
         (status = 413, description = "Body too large", body = super::openapi::ErrorResponse),
-        (status = 415, description = "Not JSON content", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a content encoding other than gzip", body = super::openapi::ErrorResponse),
         (status = 503, description = "Overloaded or timed out; retry", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
@@ -337,9 +337,9 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     responses(
         (status = 200, description = "Reloaded", body = super::openapi::ReloadResponse),
         (status = 409, description = "Refused; the running config stays", body = super::openapi::ErrorResponse),
-        (status = 401, description = "Missing or wrong bearer token", body = super::openapi::ErrorResponse)
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
-    security(("bearer" = []))
+    security((), ("bearer" = []))
 )]
 pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
     let result = tokio::task::spawn_blocking(move || app.reload()).await;

@@ -14,6 +14,7 @@ mod inventory;
 pub mod logging;
 mod metrics;
 pub mod openapi;
+mod request_schema;
 mod stream;
 
 use std::path::PathBuf;

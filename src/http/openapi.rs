@@ -4,35 +4,15 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use serde_json::Value;
 use utoipa::{OpenApi, ToSchema};
 
-/// `POST /allocate` body.
+/// The `steps` query parameter of `/allocate`.
 #[derive(Serialize, ToSchema)]
-pub struct AllocateRequest {
-    /// Candidate servers: CNAPI server objects, each with the VMs on it in `vms` (keyed by VM uuid).
-    #[schema(value_type = Vec<Object>)]
-    pub servers: Vec<serde_json::Value>,
-    /// The VM payload (`ram` MiB, `quota` GiB, `owner_uuid`, `brand`, `traits`, `affinity`, `locality`, ...).
-    #[schema(value_type = Object)]
-    pub vm: serde_json::Value,
-    /// The IMGAPI image manifest (`img` is accepted too).
-    #[schema(value_type = Object)]
-    pub image: serde_json::Value,
-    /// The PAPI package (`pkg` is accepted too).
-    #[schema(value_type = Option<Object>)]
-    pub package: Option<serde_json::Value>,
-    /// Open provisioning tickets (CNAPI waitlist tickets).
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub tickets: Option<Vec<serde_json::Value>>,
-    /// NIC tags the VM needs; copied into `vm.nic_tags`.
-    pub nic_tags: Option<Vec<String>>,
-    /// Groups of alternative NIC tags; copied into `vm.nic_tag_requirements`.
-    pub nic_tag_requirements: Option<Vec<Vec<String>>>,
-    /// Seed for `score-uniform-random`, making the decision reproducible.
-    pub seed: Option<u64>,
-    /// With `explain=true`: restrict the per-server part of `explain` to these server uuids
-    /// (a uuid not in `servers` is answered too).
-    pub why_not: Option<Vec<String>>,
+#[serde(rename_all = "lowercase")]
+pub enum StepsParam {
+    Full,
+    Removed,
 }
 
 /// One plugin run (or `Received by DAPI`, first). The default (`steps=full`, CNAPI's format)
@@ -201,13 +181,6 @@ pub struct ErrorResponse {
     pub message: String,
 }
 
-/// `POST /capacity` body: `{"servers": [...]}` (a bare array of servers is accepted too).
-#[derive(Serialize, ToSchema)]
-pub struct CapacityRequest {
-    #[schema(value_type = Vec<Object>)]
-    pub servers: Vec<serde_json::Value>,
-}
-
 /// Spare resources of one server.
 #[derive(Serialize, ToSchema)]
 pub struct CapacityEntry {
@@ -290,7 +263,7 @@ impl utoipa::Modify for BearerAuth {
     ),
     modifiers(&BearerAuth),
     components(schemas(
-        AllocateRequest,
+        StepsParam,
         AllocateResponse,
         NoServersResponse,
         StepDoc,
@@ -305,7 +278,6 @@ impl utoipa::Modify for BearerAuth {
         InvalidParametersResponse,
         FieldErrorDoc,
         ErrorResponse,
-        CapacityRequest,
         CapacityResponse,
         CapacityEntry,
         PingResponse,
@@ -319,7 +291,16 @@ pub struct ApiDoc;
 pub fn document() -> String {
     let mut doc = ApiDoc::openapi();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
-    let mut text = doc.to_pretty_json().unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"));
+    let mut text = match serde_json::to_value(&doc) {
+        Ok(mut value) => {
+            if let Some(schemas) = value.pointer_mut("/components/schemas").and_then(Value::as_object_mut) {
+                schemas.extend(super::request_schema::schemas());
+                schemas.sort_keys();
+            }
+            serde_json::to_string_pretty(&value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+        }
+        Err(e) => format!("{{\"error\": \"{e}\"}}"),
+    };
     text.push('\n');
     text
 }

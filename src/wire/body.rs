@@ -222,6 +222,12 @@ fn malformed(body: &[u8], walk_error: serde_json::Error) -> BodyError {
     }
 }
 
+/// A number without a fraction, in `u64`'s range, written as a float (`7.0`, `7e2`).
+fn integral(text: &str) -> Option<u64> {
+    let f = serde_json::from_str::<f64>(text).ok()?;
+    (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64)
+}
+
 /// Reads the tickets; a ticket that is not an object gets `validateTickets`' message.
 fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Ticket>> {
     let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
@@ -315,9 +321,10 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
 
     let seed = match get(&["seed"]) {
         None => None,
-        Some(raw) => match serde_json::from_str::<u64>(raw.get()) {
-            Ok(s) => Some(s),
-            Err(_) => {
+        // JSON has one number type: `7.0` and `7e2` are integers too.
+        Some(raw) => match serde_json::from_str::<u64>(raw.get()).ok().or_else(|| integral(raw.get())) {
+            Some(s) => Some(s),
+            None => {
                 errors.push(FieldError::invalid("seed", "must be a non-negative integer"));
                 None
             }
@@ -785,6 +792,20 @@ pub(crate) mod tests {
             panic!("expected invalid parameters");
         };
         assert_eq!(errs[0].field, "servers[1]");
+    }
+
+    #[test]
+    fn a_seed_is_any_json_integer() {
+        let seed = |s: &str| {
+            let body = format!(r#"{{"servers":[{{}}],"vm":{{}},"image":{{}},"seed":{s}}}"#);
+            parse_allocate_body(body.as_bytes()).ok().and_then(|b| b.seed)
+        };
+        assert_eq!(seed("7"), Some(7));
+        assert_eq!(seed("7.0"), Some(7));
+        assert_eq!(seed("7e2"), Some(700));
+        assert_eq!(seed("7.5"), None);
+        assert_eq!(seed("-1"), None);
+        assert_eq!(seed("1e30"), None);
     }
 
     #[test]
