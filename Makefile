@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench load soak docker clean
+.PHONY: help build run test lint conformance openapi bench bench-custom load soak docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -51,6 +51,9 @@ openapi: ## regenerate openapi/openapi.json
 # BENCH_INPUTS=repo leaves $(SHARED)'s inputs out (see benches/allocate.rs).
 bench: ## timings per datacenter size (50 to 10,000 servers; BENCH_SIZES=50,500)
 	BENCH_SHARED=$(abspath $(SHARED)) $(CARGO) bench --bench allocate
+
+bench-custom: ## what custom plugins (plugins_dir) add, at 500 and 5,000 servers
+	$(CARGO) bench --bench custom
 
 load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 	sh scripts/load.sh
