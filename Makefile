@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench bench-inventory load soak fuzz docker clean
+.PHONY: help build run test lint conformance openapi bench bench-inventory bench-custom load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -59,6 +59,9 @@ bench: ## timings per datacenter size (50 to 10,000 servers; BENCH_SIZES=50,500)
 
 bench-inventory: ## inventory mode: start-up, allocations/s and p99 with claims (needs PostgreSQL)
 	$(CARGO) test --release --test inventory_bench -- --ignored --nocapture
+
+bench-custom: ## what custom plugins (plugins_dir) add, at 500 and 5,000 servers
+	$(CARGO) bench --bench custom
 
 load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 	sh scripts/load.sh
