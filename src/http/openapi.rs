@@ -206,6 +206,18 @@ pub struct ErrorResponse {
 pub struct CapacityRequest {
     #[schema(value_type = Vec<Object>)]
     pub servers: Vec<serde_json::Value>,
+    /// Packages (as in `/allocate`; `max_physical_memory` required): adds `packages` and
+    /// `totals` to the answer: how many more VMs of each fit.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub packages: Option<Vec<serde_json::Value>>,
+    /// The VM template for `packages` (brand, owner_uuid, traits, nic_tags, ...).
+    #[schema(value_type = Option<Object>)]
+    pub vm: Option<serde_json::Value>,
+    /// The image for `packages` (type, image_size, files, requirements).
+    #[schema(value_type = Option<Object>)]
+    pub image: Option<serde_json::Value>,
+    /// Also count by placing VMs one after another with the whole chain (`exact` per package).
+    pub exact: Option<bool>,
 }
 
 /// Spare resources of one server.
@@ -224,6 +236,38 @@ pub struct CapacityEntry {
 pub struct CapacityResponse {
     pub capacities: BTreeMap<String, CapacityEntry>,
     pub reasons: BTreeMap<String, String>,
+    /// With `packages`: free and total CPU, RAM, disk over usable servers, and apart over
+    /// reserved and unusable ones (with counts and why).
+    #[schema(value_type = Option<Object>)]
+    pub totals: Option<serde_json::Value>,
+    /// With `packages`, one per package, in order.
+    pub packages: Option<Vec<PackageSlotsDoc>>,
+}
+
+/// How many more VMs of one package fit.
+#[derive(Serialize, ToSchema)]
+pub struct PackageSlotsDoc {
+    /// The package's `uuid`, else its `name`, else its index.
+    #[schema(value_type = Object)]
+    pub package: serde_json::Value,
+    /// Analytic count over the datacenter (an upper bound of `exact.slots`).
+    pub slots: u64,
+    pub servers_with_room: u64,
+    /// How many servers each dimension limits: `ram`, `cpu`, `disk`, `vms`, `<dim>_ratio`.
+    pub limiting: BTreeMap<String, u64>,
+    /// What is left on the other dimensions once the limiting one is full (MiB, CPU units,
+    /// MiB), summed over the servers.
+    #[schema(value_type = Object)]
+    pub stranded: serde_json::Value,
+    /// Per server uuid: `{slots, limiting, stranded: {ram, cpu, disk}}` (`null`: the
+    /// dimension does not bound this package).
+    #[schema(value_type = Object)]
+    pub servers: serde_json::Value,
+    /// Servers the placement-independent filters left out, with why.
+    pub left_out: BTreeMap<String, String>,
+    /// With `exact: true`: `{slots, servers: {uuid: n}}`.
+    #[schema(value_type = Option<Object>)]
+    pub exact: Option<serde_json::Value>,
 }
 
 /// Health.
@@ -294,6 +338,7 @@ impl utoipa::Modify for BearerAuth {
         CapacityRequest,
         CapacityResponse,
         CapacityEntry,
+        PackageSlotsDoc,
         PingResponse,
         ReloadResponse
     ))
