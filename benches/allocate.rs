@@ -350,6 +350,10 @@ fn profile_loop(phase: &str, body: &[u8], engine: &Engine, budget: Duration, for
     let mut request = parse_allocate_body(body).unwrap_or_else(|_| panic!("the body parses"));
     validate_allocate(&mut request).unwrap_or_else(|e| panic!("the body is valid: {e:?}"));
     let allocation = engine.allocate(&request).expect("allocation runs");
+    if phase == "explain" {
+        explain_and_capacity(body, &request, engine, budget);
+        return;
+    }
     if phase == "steps" {
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); allocation.steps.len()];
         let started = Instant::now();
@@ -390,6 +394,59 @@ fn profile_loop(phase: &str, body: &[u8], engine: &Engine, budget: Duration, for
         runs += 1;
     }
     eprintln!("bench: {phase}: {runs} runs in {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `BENCH_PROFILE=explain`: the engine plain and explained (notes taken and the `explain`
+/// object built), analytic capacity for 10 packages and exact capacity for one, after
+/// parsing; medians.
+fn explain_and_capacity(body: &[u8], request: &dapi::model::AllocateBody<'_>, engine: &Engine, budget: Duration) {
+    let time = |f: &mut dyn FnMut()| {
+        median(repeat(budget, || {
+            let started = Instant::now();
+            f();
+            started.elapsed().as_secs_f64()
+        }))
+        .unwrap_or(f64::NAN)
+            * 1e3
+    };
+    let plain = time(&mut || drop(engine.allocate(request).expect("allocation runs")));
+    let options = dapi::explain::ExplainOptions::default();
+    let mut explain_bytes = 0;
+    let explained = time(&mut || {
+        let a = engine.allocate_noting(request, true).expect("allocation runs");
+        let e = dapi::explain::explain(&request.servers, &a, &options);
+        explain_bytes = serde_json::to_vec(&e).map_or(0, |b| b.len());
+    });
+    let answer_bytes =
+        engine.allocate(request).expect("runs").answer_json(request, StepsFormat::Full).map_or(0, |b| b.len());
+    println!(
+        "bench: {} servers: engine {plain:.3} ms, explained {explained:.3} ms ({:.2}x); answer {answer_bytes} B, explain {explain_bytes} B",
+        request.servers.len(),
+        explained / plain
+    );
+    let (raw, servers) = dapi::wire::parse_capacity_body(body).expect("servers parse");
+    let packages: Vec<serde_json::Value> = (0..10)
+        .map(|i| serde_json::json!({"name": format!("p{i}"), "max_physical_memory": 512 << (i % 6), "quota": 10240 * (1 + i), "cpu_cap": 50 * (1 + i % 4)}))
+        .collect();
+    let query_body = serde_json::json!({"servers": [], "packages": packages}).to_string();
+    let mut query = dapi::capacity::package_query(query_body.as_bytes()).expect("packages").expect("some");
+    let analytic = time(&mut || {
+        drop(dapi::capacity::packages_answer(engine, &servers, &raw, &query).expect("counts"));
+    });
+    println!("bench: {} servers: analytic capacity, 10 packages: {analytic:.3} ms", servers.len());
+    // Exact mode reruns the whole chain per VM placed: opt in with BENCH_EXACT=1.
+    if std::env::var_os("BENCH_EXACT").is_some() {
+        query.packages.truncate(1);
+        query.exact = true;
+        let started = Instant::now();
+        let answer = dapi::capacity::packages_answer(engine, &servers, &raw, &query).expect("counts");
+        println!(
+            "bench: {} servers: exact capacity, 1 package ({} VMs placed): {:.1} ms",
+            servers.len(),
+            answer[0]["exact"]["slots"],
+            started.elapsed().as_secs_f64() * 1e3
+        );
+    }
 }
 
 /// A child `dapi serve` on a free loopback port, killed when dropped.

@@ -531,3 +531,76 @@ fn stranded_json(s: [Option<f64>; 3]) -> Value {
     let v = |x: Option<f64>| x.map_or(Value::Null, num_to_json);
     json!({"ram": v(s[0]), "cpu": v(s[1]), "disk": v(s[2])})
 }
+
+/// The packages part of a capacity answer as a table (`dapi capacity --package`): per
+/// package, the slots, servers with room, what limits them, and what is left stranded.
+pub fn table(answer: &Value) -> String {
+    use std::fmt::Write as _;
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    let mut rows = vec![[
+        "PACKAGE".to_string(),
+        "SLOTS".into(),
+        "EXACT".into(),
+        "SERVERS WITH ROOM".into(),
+        "LIMITED BY".into(),
+        "STRANDED RAM MiB".into(),
+        "STRANDED CPU".into(),
+        "STRANDED DISK MiB".into(),
+    ]];
+    for p in answer["packages"].as_array().into_iter().flatten() {
+        let limiting = p["limiting"]
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default();
+        rows.push([
+            text(&p["package"]),
+            text(&p["slots"]),
+            text(&p["exact"]["slots"]),
+            text(&p["servers_with_room"]),
+            limiting,
+            text(&p["stranded"]["ram"]),
+            text(&p["stranded"]["cpu"]),
+            text(&p["stranded"]["disk"]),
+        ]);
+    }
+    let mut widths = [0usize; 8];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &rows {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(widths) {
+            let _ = write!(line, "{cell:<w$}  ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    let totals = &answer["totals"];
+    for group in ["usable", "reserved", "unusable"] {
+        let g = &totals[group];
+        let _ = write!(out, "\n{group} servers: {}", text(&g["servers"]));
+        for dim in ["cpu", "ram", "disk"] {
+            match g[dim].get("free") {
+                Some(free) => {
+                    let _ = write!(out, ", {dim} {} free of {}", text(free), text(&g[dim]["total"]));
+                }
+                None => {
+                    let _ = write!(out, ", {dim} {} total", text(&g[dim]["total"]));
+                }
+            }
+        }
+        if let Some(why) = g["why"].as_object().filter(|w| !w.is_empty()) {
+            let reasons: Vec<String> = why.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            let _ = write!(out, " ({})", reasons.join("; "));
+        }
+    }
+    out.push('\n');
+    out
+}

@@ -165,6 +165,19 @@ enum Command {
     Capacity {
         #[command(flatten)]
         config: ConfigArg,
+        /// A package (JSON file: one package object or an array of them); repeatable.
+        /// Prints how many more VMs of each fit, as a table
+        #[arg(long = "package", value_name = "PKG.json")]
+        packages: Vec<PathBuf>,
+        /// The VM template for --package (JSON file: brand, owner_uuid, traits, ...)
+        #[arg(long, value_name = "VM.json", requires = "packages")]
+        vm: Option<PathBuf>,
+        /// Also count by placing VMs one after another with the whole chain
+        #[arg(long, requires = "packages")]
+        exact: bool,
+        /// With --package: print the JSON answer rather than the table
+        #[arg(long, requires = "packages")]
+        json: bool,
         /// The servers: a JSON file, or - for standard input
         #[arg(value_name = "SERVERS")]
         servers: PathBuf,
@@ -342,10 +355,19 @@ fn run(command: Command) -> Result<(), CliError> {
             print(text.into_bytes())
         }
         Command::Inventory(InventoryCommand::Load { url, dump }) => inventory_load(&url, &dump),
-        Command::Capacity { config, servers } => {
+        Command::Capacity { config, packages, vm, exact, json, servers } => {
             let (config, engine) = config.load()?;
-            let body = read_input(&servers)?;
-            print(answer::capacity(&engine, &config.limits, &body)?.body)
+            let mut body = read_input(&servers)?;
+            if !packages.is_empty() {
+                body = package_body(&body, &packages, vm.as_deref(), exact)?;
+            }
+            let answer = answer::capacity(&engine, &config.limits, &body)?;
+            if packages.is_empty() || json {
+                return print(answer.body);
+            }
+            let value: serde_json::Value = serde_json::from_slice(&answer.body)
+                .map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?;
+            print(crate::capacity::table(&value).into_bytes())
         }
         Command::Plugins { config, json } => {
             let config = ServiceConfig::from_process(config.config.as_deref())?;
@@ -354,6 +376,32 @@ fn run(command: Command) -> Result<(), CliError> {
         }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),
     }
+}
+
+/// The `POST /capacity` body of `dapi capacity --package`: the servers file with the
+/// packages (and template) of the other files.
+fn package_body(servers: &[u8], packages: &[PathBuf], vm: Option<&Path>, exact: bool) -> Result<Vec<u8>, CliError> {
+    use serde_json::Value;
+    let json = |input: &Path, bytes: &[u8]| -> Result<Value, CliError> {
+        serde_json::from_slice(bytes)
+            .map_err(|e| CliError::Answer(AnswerError::Malformed(format!("{} is not JSON: {e}", input.display()))))
+    };
+    let servers = match json(Path::new("SERVERS"), servers)? {
+        Value::Object(mut top) => top.remove("servers").unwrap_or(Value::Null),
+        other => other,
+    };
+    let mut list = Vec::new();
+    for path in packages {
+        match json(path, &read_input(path)?)? {
+            Value::Array(items) => list.extend(items),
+            one => list.push(one),
+        }
+    }
+    let mut body = serde_json::json!({"servers": servers, "packages": list, "exact": exact});
+    if let Some(path) = vm {
+        body["vm"] = json(path, &read_input(path)?)?;
+    }
+    Ok(body.to_string().into_bytes())
 }
 
 /// Explain options asking about `uuids` (every server when there are none).

@@ -248,3 +248,33 @@ async fn over_http_bad_packages_get_422_and_good_ones_an_answer() {
     let body = r.json();
     assert!(body["capacities"].is_object() && body["packages"][0]["slots"].as_u64().is_some_and(|n| n > 0), "{body}");
 }
+
+#[test]
+fn the_cli_prints_a_table_or_the_json_answer() {
+    let dir = std::env::temp_dir().join(format!("dapi-capacity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (servers, package) = (dir.join("servers.json"), dir.join("pkg.json"));
+    std::fs::write(&servers, json!({"servers": datacenter()}).to_string()).expect("written");
+    std::fs::write(&package, packages().to_string()).expect("written");
+    let run = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+            .arg("capacity")
+            .args(extra)
+            .arg("--package")
+            .arg(&package)
+            .arg(&servers)
+            .env_remove("DAPI_CONFIG")
+            .output()
+            .expect("dapi runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("UTF-8")
+    };
+    let table = run(&["--exact"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(lines[0].starts_with("PACKAGE") && lines[0].contains("LIMITED BY"), "{table}");
+    assert!(lines[1].starts_with("small") && lines[2].starts_with("large"), "{table}");
+    assert!(table.contains("reserved servers: 1"), "{table}");
+    let answer: Value = serde_json::from_str(&run(&["--json"])).expect("JSON");
+    assert_eq!(answer["packages"].as_array().map(Vec::len), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

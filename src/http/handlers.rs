@@ -304,7 +304,7 @@ pub async fn allocate(
     path = "/capacity",
     request_body(content = super::request_schema::CapacityRequest, content_type = "application/json", description = "As for `/allocate`: plain or `Content-Encoding: gzip`."),
     responses(
-        (status = 200, description = "Unreserved resources per server", body = super::openapi::CapacityResponse),
+        (status = 200, description = "Unreserved resources per server; with `packages`, how many more VMs of each fit and the totals", body = super::openapi::CapacityResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),

@@ -197,6 +197,38 @@ pub struct CapacityEntry {
 pub struct CapacityResponse {
     pub capacities: BTreeMap<String, CapacityEntry>,
     pub reasons: BTreeMap<String, String>,
+    /// With `packages`: free and total CPU, RAM, disk over usable servers, and apart over
+    /// reserved and unusable ones (with counts and why).
+    #[schema(value_type = Option<Object>)]
+    pub totals: Option<serde_json::Value>,
+    /// With `packages`, one per package, in order.
+    pub packages: Option<Vec<PackageSlotsDoc>>,
+}
+
+/// How many more VMs of one package fit.
+#[derive(Serialize, ToSchema)]
+pub struct PackageSlotsDoc {
+    /// The package's `uuid`, else its `name`, else its index.
+    #[schema(value_type = Object)]
+    pub package: serde_json::Value,
+    /// Analytic count over the datacenter (an upper bound of `exact.slots`).
+    pub slots: u64,
+    pub servers_with_room: u64,
+    /// How many servers each dimension limits: `ram`, `cpu`, `disk`, `vms`, `<dim>_ratio`.
+    pub limiting: BTreeMap<String, u64>,
+    /// What is left on the other dimensions once the limiting one is full (MiB, CPU units,
+    /// MiB), summed over the servers.
+    #[schema(value_type = Object)]
+    pub stranded: serde_json::Value,
+    /// Per server uuid: `{slots, limiting, stranded: {ram, cpu, disk}}` (`null`: the
+    /// dimension does not bound this package).
+    #[schema(value_type = Object)]
+    pub servers: serde_json::Value,
+    /// Servers the placement-independent filters left out, with why.
+    pub left_out: BTreeMap<String, String>,
+    /// With `exact: true`: `{slots, servers: {uuid: n}}`.
+    #[schema(value_type = Option<Object>)]
+    pub exact: Option<serde_json::Value>,
 }
 
 /// Health.
@@ -280,6 +312,7 @@ impl utoipa::Modify for BearerAuth {
         ErrorResponse,
         CapacityResponse,
         CapacityEntry,
+        PackageSlotsDoc,
         PingResponse,
         CustomPluginInfo,
         ReloadResponse

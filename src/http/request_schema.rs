@@ -119,7 +119,17 @@ pub fn schemas() -> Map<String, Value> {
                 {
                     "type": "object",
                     "required": ["servers"],
-                    "properties": { "servers": reference("CapacityServers") }
+                    "properties": {
+                        "servers": reference("CapacityServers"),
+                        "packages": {
+                            "type": "array",
+                            "items": reference("Package"),
+                            "description": "Packages (as in `/allocate`; `max_physical_memory` required): adds `packages` and `totals` to the answer, how many more VMs of each fit."
+                        },
+                        "vm": { "type": "object", "description": "The VM template for `packages` (brand, owner_uuid, traits, nic_tags, ...)." },
+                        "image": { "type": "object", "description": "The image for `packages` (type, image_size, files, requirements)." },
+                        "exact": { "type": "boolean", "description": "Also count by placing VMs one after another with the whole chain." }
+                    }
                 },
                 reference("CapacityServers")
             ]
