@@ -13,8 +13,19 @@ pub struct AllocateRequest {
     #[schema(value_type = Vec<Object>)]
     pub servers: Vec<serde_json::Value>,
     /// The VM payload (`ram` MiB, `quota` GiB, `owner_uuid`, `brand`, `traits`, `affinity`, `locality`, ...).
-    #[schema(value_type = Object)]
-    pub vm: serde_json::Value,
+    /// Required, except in a batch given as `vms`; with `count` it is the VM copied.
+    #[schema(value_type = Option<Object>)]
+    pub vm: Option<serde_json::Value>,
+    /// A batch: VM payloads placed in order, each seeing the ones before it (no server is
+    /// booked beyond its room; anti-affinity among them holds). Each may carry its own
+    /// `image` and `package`; a VM's uuid is its `vm_uuid` (else `uuid`, else a new one).
+    /// Answered with a `BatchResponse`; at most 1000.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub vms: Option<Vec<serde_json::Value>>,
+    /// A batch of this many copies of `vm` (1 to 1000), each with a new uuid.
+    pub count: Option<u64>,
+    /// In a batch: if any VM does not fit, answer 409 (`BatchFailedResponse`) and place none.
+    pub all_or_nothing: Option<bool>,
     /// The IMGAPI image manifest (`img` is accepted too).
     #[schema(value_type = Object)]
     pub image: serde_json::Value,
@@ -55,6 +66,50 @@ pub struct AllocateResponse {
     #[schema(value_type = Object)]
     pub server: serde_json::Value,
     pub steps: Vec<StepDoc>,
+}
+
+/// One VM of a batch: its server, or why none fits.
+#[derive(Serialize, ToSchema)]
+pub struct BatchVmResult {
+    /// The VM's uuid (given or generated).
+    pub uuid: String,
+    /// The chosen server's uuid; null when none fits.
+    pub server_uuid: Option<String>,
+    /// `NoAllocatableServersError` when none fits.
+    pub code: Option<String>,
+    /// `No compute resources available: <reason>` when none fits.
+    pub message: Option<String>,
+    /// Compact (`removed`) unless `steps=full` is asked for.
+    pub steps: Vec<StepDoc>,
+}
+
+/// A batch's answer (200): every VM in order, and how many were placed or not.
+#[derive(Serialize, ToSchema)]
+pub struct BatchResponse {
+    pub vms: Vec<BatchVmResult>,
+    pub placed: u64,
+    pub failed: u64,
+}
+
+/// The VM of an `all_or_nothing` batch that did not fit.
+#[derive(Serialize, ToSchema)]
+pub struct BatchFailedVm {
+    /// Its position in the batch.
+    pub index: u64,
+    pub uuid: String,
+    pub steps: Vec<StepDoc>,
+}
+
+/// An `all_or_nothing` batch that does not fit whole (409): nothing is placed.
+#[derive(Serialize, ToSchema)]
+pub struct BatchFailedResponse {
+    /// `NoAllocatableServersError`.
+    pub code: String,
+    /// `No compute resources available: vms[i] (<uuid>): <reason>`.
+    pub message: String,
+    /// Always 0.
+    pub placed: u64,
+    pub failed: BatchFailedVm,
 }
 
 /// No server fits (409).
@@ -173,6 +228,10 @@ impl utoipa::Modify for BearerAuth {
         AllocateRequest,
         AllocateResponse,
         NoServersResponse,
+        BatchResponse,
+        BatchVmResult,
+        BatchFailedResponse,
+        BatchFailedVm,
         StepDoc,
         InvalidParametersResponse,
         FieldErrorDoc,
