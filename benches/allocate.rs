@@ -134,6 +134,8 @@ fn main() {
     println!("parse = parse_allocate_body + validate_allocate (taken between the POSTs); engine = Engine::allocate after parsing;");
     println!("answer = serialising the answer (not in engine); POST = end to end over loopback; medians.");
 
+    batch_rows(&inputs, budget);
+
     let mut whole = Vec::new();
     if which != "shared" {
         whole.extend(repo_input(500, &generated).ok().map(|body| ("repo", body, repo_config.clone())));
@@ -152,6 +154,40 @@ fn main() {
                 0.55 / m
             );
         }
+    }
+}
+
+/// Issue 13: a batch of `BENCH_BATCH` (default 100) copies of the VM against one allocation,
+/// both whole (parse, validate, engine, answer; the batch's steps compact), on the inputs
+/// of 1000 servers or more.
+fn batch_rows(inputs: &[Input], budget: Duration) {
+    let count: usize = std::env::var("BENCH_BATCH").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let limits = dapi::config::Limits { max_servers: usize::MAX, ..dapi::config::Limits::default() };
+    let mut header = false;
+    for input in inputs.iter().filter(|i| i.servers >= 1000) {
+        let engine = engine(&input.config);
+        let Ok(body) = std::fs::read(&input.body) else { continue };
+        let single = || {
+            let started = Instant::now();
+            let answer = dapi::answer::allocate(&engine, &limits, &body, Default::default());
+            assert!(answer.is_ok(), "the single allocation failed");
+            started.elapsed().as_secs_f64()
+        };
+        let batch = || {
+            let started = Instant::now();
+            let options = dapi::batch::BatchOptions { steps: None, count: Some(count) };
+            let answer = dapi::answer::allocate_with(&engine, &limits, &body, Default::default(), options);
+            assert!(answer.is_ok(), "the batch failed");
+            started.elapsed().as_secs_f64()
+        };
+        let (Some(one), Some(many)) = (median(repeat(budget, single)), median(repeat(budget, batch))) else { continue };
+        if !header {
+            println!();
+            println!("| input | servers | one allocation ms | batch of {count} ms | batch / one |");
+            println!("|:------|--------:|------------------:|------------:|------------:|");
+            header = true;
+        }
+        println!("| {} | {} | {:.1} | {:.1} | {:.1} |", input.source, input.servers, one * 1e3, many * 1e3, many / one);
     }
 }
 

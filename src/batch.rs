@@ -25,6 +25,10 @@ use crate::validate::validate_allocate;
 /// The most VMs one batch may place.
 pub const MAX_BATCH: usize = 1000;
 
+/// The most VMs × servers a batch answers with full steps (about 40 bytes per server per
+/// step each): beyond it the answer would take gigabytes.
+pub const MAX_FULL_LISTING: usize = 1_000_000;
+
 /// How a batch is asked for beyond its body.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchOptions {
@@ -229,6 +233,18 @@ pub fn allocate_batch(
         validate_items(&mut request, &mut items)?;
     }
     let format = options.steps.unwrap_or(StepsFormat::Removed);
+    // Full steps repeat every remaining server at every step, for every VM.
+    let listed = items.len().saturating_mul(request.servers.len());
+    if format == StepsFormat::Full && listed > MAX_FULL_LISTING {
+        return Err(invalid(
+            "steps",
+            format!(
+                "full steps for {} VMs on {} servers would be too big; ask for steps=removed",
+                items.len(),
+                request.servers.len()
+            ),
+        ));
+    }
     let base_seed = request.seed.or(engine.defaults().seed);
     let servers = std::mem::take(&mut request.servers);
     let raw = std::mem::take(&mut request.raw_servers);

@@ -146,6 +146,22 @@ fn steps_are_compact_unless_asked_for_in_full() {
     let full = BatchOptions { steps: Some(dapi::engine::StepsFormat::Full), count: None };
     let (_, full) = run(&body, full).expect("answered");
     assert!(full["vms"][0]["steps"][0].get("remaining").is_some());
+    // Full steps for a big batch would take gigabytes: refused, naming `steps`.
+    let mut big = example_request();
+    big["count"] = json!(1000);
+    let servers = big["servers"].as_array().expect("servers").clone();
+    let mut many = Vec::new();
+    for i in 0..1001 {
+        let mut s = servers[i % servers.len()].clone();
+        s["uuid"] = json!(format!("00000000-0000-4000-8000-{i:012x}"));
+        many.push(s);
+    }
+    big["servers"] = Value::Array(many);
+    let full = BatchOptions { steps: Some(dapi::engine::StepsFormat::Full), count: None };
+    match run(&big, full) {
+        Err(AnswerError::Invalid(errors)) => assert_eq!(errors[0].field, "steps"),
+        other => panic!("expected 422, got {:?}", other.map(|(v, _)| v)),
+    }
     // `--count` on a single request makes it a batch too.
     let single = example_request();
     let (_, counted) = run(&single, BatchOptions { steps: None, count: Some(3) }).expect("answered");

@@ -266,3 +266,28 @@ fn the_examples_answer_as_the_readme_says() {
     assert_eq!(last["step"], "Servers with enough unreserved RAM");
     assert_eq!(last["remaining"], serde_json::json!([]));
 }
+
+#[test]
+fn allocate_count_places_copies_and_a_batch_file_is_read_as_one() {
+    let (code, out, err) = run(dapi().args(["allocate", "--count", "3"]).arg(example("allocate.json")));
+    assert_eq!(code, 0, "{err}");
+    let answer = json(&out);
+    assert_eq!(answer["vms"].as_array().map(Vec::len), Some(3));
+    assert_eq!(answer["placed"].as_u64().unwrap_or(0) + answer["failed"].as_u64().unwrap_or(0), 3);
+    assert!(answer["vms"][0]["steps"][0].get("removed").is_some(), "compact steps by default");
+
+    let mut body = json(&std::fs::read_to_string(example("allocate.json")).expect("example"));
+    body["count"] = serde_json::json!(2);
+    let file = tmp_file("batch-count.json", &body.to_string());
+    let (code, out, err) = run(dapi().args(["allocate", "--steps", "full"]).arg(&file));
+    assert_eq!(code, 0, "{err}");
+    let answer = json(&out);
+    assert_eq!(answer["vms"].as_array().map(Vec::len), Some(2));
+    assert!(answer["vms"][0]["steps"][0].get("remaining").is_some());
+
+    body["count"] = serde_json::json!(0);
+    let file = tmp_file("batch-zero.json", &body.to_string());
+    let (code, _, err) = run(dapi().arg("allocate").arg(&file));
+    assert_eq!(code, 2);
+    assert!(err.contains("count"), "{err}");
+}

@@ -244,14 +244,14 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
     tag = "dapi",
     path = "/allocate",
     params(
-        ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
+        ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
         ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then."),
         ("why_not" = Option<String>, Query, description = "Server uuids, comma-separated: restricts the per-server part of `explain` to them (a uuid not in the request is answered too). Implies `explain=true`; joins the body's `why_not: [uuid, ...]`.")
     ),
     request_body(content = super::request_schema::AllocateRequest, content_type = "application/json", description = "Sent as is, or gzip-compressed with `Content-Encoding: gzip` (the size limit applies to the decompressed body). Answers are gzip- or zstd-compressed when the client sends `Accept-Encoding`."),
     responses(
-        (status = 200, description = "A server was chosen", body = super::openapi::AllocateResponse),
-        (status = 409, description = "No server fits", body = super::openapi::NoServersResponse),
+        (status = 200, description = "A server was chosen (a batch, `vms` or `count`: a `BatchResponse`)", body = super::openapi::AllocateResponse),
+        (status = 409, description = "No server fits (an `all_or_nothing` batch: a `BatchFailedResponse`)", body = super::openapi::NoServersResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),

@@ -42,6 +42,50 @@ pub struct AllocateResponse {
     pub explain: Option<ExplainDoc>,
 }
 
+/// One VM of a batch: its server, or why none fits.
+#[derive(Serialize, ToSchema)]
+pub struct BatchVmResult {
+    /// The VM's uuid (given or generated).
+    pub uuid: String,
+    /// The chosen server's uuid; null when none fits.
+    pub server_uuid: Option<String>,
+    /// `NoAllocatableServersError` when none fits.
+    pub code: Option<String>,
+    /// `No compute resources available: <reason>` when none fits.
+    pub message: Option<String>,
+    /// Compact (`removed`) unless `steps=full` is asked for.
+    pub steps: Vec<StepDoc>,
+}
+
+/// A batch's answer (200): every VM in order, and how many were placed or not.
+#[derive(Serialize, ToSchema)]
+pub struct BatchResponse {
+    pub vms: Vec<BatchVmResult>,
+    pub placed: u64,
+    pub failed: u64,
+}
+
+/// The VM of an `all_or_nothing` batch that did not fit.
+#[derive(Serialize, ToSchema)]
+pub struct BatchFailedVm {
+    /// Its position in the batch.
+    pub index: u64,
+    pub uuid: String,
+    pub steps: Vec<StepDoc>,
+}
+
+/// An `all_or_nothing` batch that does not fit whole (409): nothing is placed.
+#[derive(Serialize, ToSchema)]
+pub struct BatchFailedResponse {
+    /// `NoAllocatableServersError`.
+    pub code: String,
+    /// `No compute resources available: vms[i] (<uuid>): <reason>`.
+    pub message: String,
+    /// Always 0.
+    pub placed: u64,
+    pub failed: BatchFailedVm,
+}
+
 /// No server fits (409).
 #[derive(Serialize, ToSchema)]
 pub struct NoServersResponse {
@@ -298,6 +342,10 @@ impl utoipa::Modify for BearerAuth {
         StepsParam,
         AllocateResponse,
         NoServersResponse,
+        BatchResponse,
+        BatchVmResult,
+        BatchFailedResponse,
+        BatchFailedVm,
         StepDoc,
         ExplainDoc,
         ExplainCauseDoc,

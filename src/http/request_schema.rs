@@ -84,6 +84,23 @@ pub fn schemas() -> Map<String, Value> {
                     "items": reference("Server")
                 },
                 "vm": reference("VmPayload"),
+                "vms": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1000,
+                    "items": reference("VmPayload"),
+                    "description": "A batch: VM payloads placed in order, each seeing the ones before it (no server is booked beyond its room; anti-affinity among them holds). A VM's uuid is its `vm_uuid` (else a new one). Answered with a `BatchResponse`. With `vms`, `vm` may be left out."
+                },
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 1000,
+                    "description": "A batch of this many copies of `vm`, each with a new uuid."
+                },
+                "all_or_nothing": {
+                    "type": "boolean",
+                    "description": "In a batch: if any VM does not fit, answer 409 and place none."
+                },
                 "image": reference("Image"),
                 "package": reference("Package"),
                 "tickets": {
