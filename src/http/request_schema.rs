@@ -241,15 +241,15 @@ pub fn schemas() -> Map<String, Value> {
             "description": "The IMGAPI image manifest.",
             "properties": {
                 "type": { "description": "`zone-dataset`, `lx-dataset`, `zvol`, ... (read, not checked)." },
-                "image_size": or_falsy(json!({ "type": "number", "description": "MiB (zvol images)." })),
+                "image_size": { "type": ["number", "null"], "minimum": 0, "description": "MiB (zvol images); not negative." },
                 "traits": or_falsy(js_object("Traits the server must have.")),
                 "requirements": or_falsy(json!({
                     "type": "object",
                     "properties": {
                         "min_platform": platform_limits("The oldest platform per SDC version."),
                         "max_platform": platform_limits("The newest platform per SDC version."),
-                        "min_ram": { "description": "MiB; `vm.ram` must be at least this (compared as JavaScript compares)." },
-                        "max_ram": { "description": "MiB; `vm.ram` must be at most this (compared as JavaScript compares)." }
+                        "min_ram": { "type": ["number", "null"], "minimum": 0, "description": "MiB, not negative; `vm.ram` must be at least this." },
+                        "max_ram": { "type": ["number", "null"], "minimum": 0, "description": "MiB, not negative; `vm.ram` must be at most this." }
                     }
                 })),
                 "files": { "description": "The image's files (`size` in bytes), read for the disk it needs; anything but an array is read as no files." }
