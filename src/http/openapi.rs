@@ -189,7 +189,6 @@ pub struct ExplainScoreDoc {
     pub plugin: String,
     /// What the scorer placed servers by: unreserved MiB, owner zones, a date, a platform
     /// stamp, or the server's position in the scorer's order.
-    #[schema(value_type = Object)]
     pub raw: serde_json::Value,
     /// `contribution / |weight|`.
     pub normalised: f64,

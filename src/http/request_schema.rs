@@ -140,7 +140,8 @@ pub fn schemas() -> Map<String, Value> {
                         "servers": reference("CapacityServers"),
                         "packages": {
                             "type": "array",
-                            "items": reference("Package"),
+                            "minItems": 1,
+                            "items": reference("CapacityPackage"),
                             "description": "Packages (as in `/allocate`; `max_physical_memory` required): adds `packages` and `totals` to the answer, how many more VMs of each fit."
                         },
                         "vm": { "type": "object", "description": "The VM template for `packages` (brand, owner_uuid, traits, nic_tags, ...)." },
@@ -150,6 +151,22 @@ pub fn schemas() -> Map<String, Value> {
                 },
                 reference("CapacityServers")
             ]
+        }),
+    );
+    put(
+        "CapacityPackage",
+        json!({
+            "type": "object",
+            "description": "A package to count slots of: `max_physical_memory` (MiB) is required; `quota` (MiB) and `cpu_cap` when given are not negative; the `overprovision_*` ratios when given are above 0.",
+            "required": ["max_physical_memory"],
+            "properties": {
+                "max_physical_memory": { "type": "number", "exclusiveMinimum": 0 },
+                "quota": { "type": ["number", "null"], "minimum": 0 },
+                "cpu_cap": { "type": ["number", "null"], "minimum": 0 }
+            },
+            "patternProperties": {
+                "^overprovision_": { "anyOf": [{ "type": "null" }, { "type": "number", "exclusiveMinimum": 0 }] }
+            }
         }),
     );
     put(
