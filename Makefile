@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench load soak docker clean
+.PHONY: help build run test lint conformance openapi bench load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -36,6 +36,13 @@ conformance: build ## replay recorded allocations through the CLI (vendored; als
 	else \
 		echo "conformance: no $(SHARED)/conformance/cases: replayed the vendored subset only"; \
 	fi
+	@if [ -d "$(SHARED)/conformance/custom/cases" ]; then \
+		echo "conformance: custom plugins ($(SHARED)/conformance/custom), CLI then HTTP"; \
+		DAPI_PLUGINS_DIR="$(SHARED)/conformance/custom/plugins" python3 "$(SHARED)/conformance/check.py" --strict \
+			--cmd 'target/release/dapi allocate' "$(SHARED)/conformance/custom/cases"; \
+		python3 scripts/conformance-http.py --check "$(SHARED)/conformance/check.py" \
+			--plugins-dir "$(SHARED)/conformance/custom/plugins" "$(SHARED)/conformance/custom/cases"; \
+	fi
 
 openapi: ## regenerate openapi/openapi.json
 	$(CARGO) run --release -q -- openapi > openapi/openapi.json
@@ -50,6 +57,9 @@ load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 
 soak: build ## bounded soak test over loopback (3 minutes)
 	python3 scripts/soak.py --minutes 3
+
+fuzz: ## every fuzz target for FUZZ_SECONDS each (default 180; installs cargo-fuzz)
+	sh scripts/fuzz.sh $(or $(FUZZ_SECONDS),180)
 
 docker: ## container image running dapi serve on port 8080
 	docker build -t dapi .

@@ -10,7 +10,8 @@ case the command runs as
     CMD --config <tmp>/config.json <tmp>/request.json
 
 and must print {"server": {...} | null, "steps": [...]} (what `dapi allocate`
-prints). A case passes when the chosen server, every step's name, its
+prints). A case passes when the chosen server (its uuid, and the whole object
+as the original returned it: see expected_server), every step's name, its
 "remaining" list and its "reasons" (absent == {}) all equal the recording.
 The last line is "N passed, M failed"; the exit status is 1 when a case failed
 or none was found. Standard library only.
@@ -51,12 +52,61 @@ def run(cmd, case, timeout):
     return json.loads(done.stdout)
 
 
-def difference(expected, answer):
+# Fields of the chosen server the allocation computes (checked for type only).
+COMPUTED = ('score', 'overprovision_ratios', 'unreserved_cpu', 'unreserved_ram', 'unreserved_disk',
+            'disk_zone_quota_bytes', 'disk_kvm_zvol_volsize_bytes')
+VLANS_STEP = 'Servers supporting required NIC Tags'
+
+
+def expected_server(case):
+    """The chosen server as the original returned it: the recording's `server` when it has
+    one, else the request's server object without `vms`, each sysinfo NIC carrying its
+    name as `interface` when the NIC tag filter ran (it wrote the names into the objects)."""
+    expected = case['expected']
+    if 'server' in expected:
+        return expected['server']
+    uuid = expected.get('server_uuid')
+    sent = next((s for s in case['request'].get('servers', []) if isinstance(s, dict) and s.get('uuid') == uuid), None)
+    if sent is None:
+        return None
+    server = json.loads(json.dumps(sent))
+    server.pop('vms', None)
+    named = any(st.get('step') == VLANS_STEP and 'skip' not in (st.get('reasons') or {})
+                for st in expected.get('steps', []))
+    sysinfo = server.get('sysinfo')
+    if named and isinstance(sysinfo, dict) and isinstance(sysinfo.get('Network Interfaces'), dict):
+        for key in ('Network Interfaces', 'Virtual Network Interfaces'):
+            nics = sysinfo.get(key)
+            if isinstance(nics, dict):
+                for name, nic in nics.items():
+                    if isinstance(nic, dict):
+                        nic['interface'] = name
+    return server
+
+
+def server_difference(want, have):
+    """How the answered server differs from the expected one (computed fields aside)."""
+    if want is None or have is None:
+        return None if want is have else 'server %r, expected %r' % (have, want)
+    if not isinstance(have.get('score'), (int, float)):
+        return 'server score %r is not a number' % (have.get('score'),)
+    strip = lambda s: json.dumps({k: v for k, v in s.items() if k not in COMPUTED})
+    if strip(want) != strip(have):
+        key = next((k for k in list(want) + list(have) if k not in COMPUTED and want.get(k) != have.get(k)), '(key order)')
+        return 'server [%s] is %s, expected %s' % (key, json.dumps(have.get(key))[:200], json.dumps(want.get(key))[:200])
+    return None
+
+
+def difference(case, answer):
     """The first difference between the recording and the answer, or None."""
+    expected = case['expected']
     server = answer.get('server')
     got = server.get('uuid') if isinstance(server, dict) else None
     if got != expected.get('server_uuid'):
         return 'chose %s, expected %s' % (got, expected.get('server_uuid'))
+    why = server_difference(expected_server(case), server if isinstance(server, dict) else None)
+    if why:
+        return why
     want, have = expected.get('steps', []), answer.get('steps', [])
     for i, (w, h) in enumerate(zip(want, have)):
         if w.get('step') != h.get('step'):
@@ -78,7 +128,7 @@ def check(args, path):
         with open(path) as f:
             case = json.load(f)
         name = case.get('name') or name
-        return name, difference(case['expected'], run(args.cmd, case, args.timeout))
+        return name, difference(case, run(args.cmd, case, args.timeout))
     except (OSError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
         return name, 'error: %s' % e
 

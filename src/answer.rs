@@ -16,6 +16,7 @@ use std::fmt;
 use crate::batch::BatchOptions;
 use crate::config::Limits;
 use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
+use crate::explain::{self, ExplainOptions};
 use crate::model::{AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
 use crate::wire::{parse_allocate_body, parse_capacity_body};
@@ -99,9 +100,19 @@ pub fn check_limits(limits: &Limits, servers: &[Server]) -> Result<(), AnswerErr
 /// Checks a parsed request (limits, then CNAPI's validations, which may rewrite a few of
 /// its fields) and runs the engine on it.
 pub fn decide(engine: &Engine, limits: &Limits, request: &mut AllocateBody<'_>) -> Result<Allocation, AnswerError> {
+    decide_noting(engine, limits, request, false)
+}
+
+/// [`decide`], with the plugins' notes taken when the answer is to be explained.
+pub fn decide_noting(
+    engine: &Engine,
+    limits: &Limits,
+    request: &mut AllocateBody<'_>,
+    explain: bool,
+) -> Result<Allocation, AnswerError> {
     check_limits(limits, &request.servers)?;
     validate_allocate(request)?;
-    engine.allocate(request).map_err(|e| AnswerError::Internal(e.to_string()))
+    engine.allocate_noting(request, explain).map_err(|e| AnswerError::Internal(e.to_string()))
 }
 
 /// What an allocation decided: HTTP 200 or 409.
@@ -201,6 +212,32 @@ pub fn write_allocation(
     Ok(())
 }
 
+/// [`write_allocation`], then (when asked) the `explain` member at the end of the body;
+/// everything before it is byte for byte the plain answer.
+pub fn write_explained_allocation(
+    request: &AllocateBody<'_>,
+    allocation: &Allocation,
+    options: AnswerOptions,
+    explain: Option<&ExplainOptions>,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), AnswerError> {
+    write_allocation(request, allocation, options, out, part_done)?;
+    if let Some(asked) = explain {
+        let explained = explain::explain(&request.servers, allocation, asked);
+        explain::append_to_answer(out, &explained).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Roughly how many bytes the `explain` member adds.
+pub fn explain_size_hint(request: &AllocateBody<'_>, explain: Option<&ExplainOptions>) -> usize {
+    match explain {
+        None => 0,
+        Some(o) => 4096 + 400 * o.why_not.as_ref().map_or(request.servers.len(), Vec::len),
+    }
+}
+
 /// A whole answer: what was decided and the body.
 #[derive(Debug)]
 pub struct Answer {
@@ -211,27 +248,53 @@ pub struct Answer {
 /// Parses, checks, allocates and writes the answer of one whole body (the CLI's path; the
 /// service runs the same steps, parsing its own way and writing big answers in parts).
 pub fn allocate(engine: &Engine, limits: &Limits, body: &[u8], options: AnswerOptions) -> Result<Answer, AnswerError> {
-    allocate_with(engine, limits, body, options, BatchOptions::default())
+    allocate_with(engine, limits, body, options, BatchOptions::default(), None)
 }
 
 /// [`allocate`], placing a batch (`crate::batch`) when the body is one or `batch.count`
-/// makes it one.
+/// makes it one, and explained when `explain` is given (its `why_not` joined by the body's).
 pub fn allocate_with(
     engine: &Engine,
     limits: &Limits,
     body: &[u8],
     options: AnswerOptions,
     batch: BatchOptions,
+    explain: Option<ExplainOptions>,
 ) -> Result<Answer, AnswerError> {
     let mut request = parse_allocate_body(body)?;
     if request.batch.is_batch() || batch.count.is_some() {
         let answer = crate::batch::allocate_batch(engine, limits, request, batch)?;
         return Ok(Answer { verdict: answer.verdict(), body: answer.body });
     }
-    let allocation = decide(engine, limits, &mut request)?;
-    let mut out = Vec::with_capacity(answer_size_hint(&request, &allocation, options.steps));
-    write_allocation(&request, &allocation, options, &mut out, &mut |_| {})?;
+    let explain = explain.map(|o| with_body_why_not(o, body)).transpose()?;
+    let allocation = decide_noting(engine, limits, &mut request, explain.is_some())?;
+    let size = answer_size_hint(&request, &allocation, options.steps) + explain_size_hint(&request, explain.as_ref());
+    let mut out = Vec::with_capacity(size);
+    write_explained_allocation(&request, &allocation, options, explain.as_ref(), &mut out, &mut |_| {})?;
     Ok(Answer { verdict: Verdict::of(&request, &allocation), body: out })
+}
+
+/// `dapi explain`: the explanation of one request as a terminal report.
+pub fn explain_report(
+    engine: &Engine,
+    limits: &Limits,
+    body: &[u8],
+    options: ExplainOptions,
+    colour: bool,
+) -> Result<String, AnswerError> {
+    let mut request = parse_allocate_body(body)?;
+    let options = with_body_why_not(options, body)?;
+    let allocation = decide_noting(engine, limits, &mut request, true)?;
+    let explained = explain::explain(&request.servers, &allocation, &options);
+    Ok(explain::report(&explained, options.why_not.is_some(), colour))
+}
+
+/// The explain options with the body's `why_not` uuids added (422 when it is malformed).
+pub fn with_body_why_not(mut options: ExplainOptions, body: &[u8]) -> Result<ExplainOptions, AnswerError> {
+    if let Some(uuids) = explain::why_not_in_body(body)? {
+        options.ask_about(uuids);
+    }
+    Ok(options)
 }
 
 /// A capacity report: the answer's body and how many servers were asked about.
@@ -244,11 +307,18 @@ pub struct CapacityAnswer {
 /// Parses, checks and answers one `POST /capacity` body (`{servers: [...]}` or a bare
 /// array of servers).
 pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<CapacityAnswer, AnswerError> {
-    let (_, servers) = parse_capacity_body(body)?;
+    let (raw_servers, servers) = parse_capacity_body(body)?;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
+    // With `packages`: the totals and how many more VMs of each fit (crate::capacity).
+    let packages = crate::capacity::package_query(body).map_err(AnswerError::Invalid)?;
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
-    let body = serde_json::to_vec(&capacity.answer(&servers)).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    let mut answer = capacity.answer(&servers);
+    if let Some(query) = packages {
+        answer["totals"] = crate::capacity::totals(engine, &servers);
+        answer["packages"] = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
+    }
+    let body = serde_json::to_vec(&answer).map_err(|e| AnswerError::Internal(e.to_string()))?;
     Ok(CapacityAnswer { servers: servers.len(), body })
 }
 

@@ -1,4 +1,4 @@
-//! The `dapi` command: `serve`, `allocate`, `capacity`, `openapi`.
+//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `openapi`.
 //!
 //! `allocate` and `capacity` run one request through the same answer path as the service
 //! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts
@@ -14,13 +14,16 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
 use crate::config::{ConfigError, ServiceConfig};
-use crate::engine::{Engine, StepsFormat};
+use crate::engine::{Engine, Registry, StepsFormat};
+use crate::explain::ExplainOptions;
+use crate::plugins::custom_js::CustomSet;
 
 const CONFIG_HELP: &str = "\
 Configuration (later layers win, key by key):
   1. built-in: CNAPI's production plugin chain and defaults
   2. --config FILE (or DAPI_CONFIG=FILE): a JSON object with any of allocationDescription
-     (replaces the chain), defaults (merged), listen, log_level, limits, auth_token
+     (replaces the chain), defaults (merged), listen, log_level, limits, auth_token,
+     plugins_dir
   3. environment variables DAPI_<KEY>, with __ between nested keys
 
 Environment:
@@ -35,6 +38,11 @@ Environment:
   DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS
                                    allocations served at once (serve) [2 per core]
   DAPI_LIMITS__REQUEST_TIMEOUT_MS  longest a request may take (serve) [30000]
+  DAPI_PLUGINS_DIR                 a directory of custom plugins: every *.js file in it
+                                   (module.exports = {name, run(servers, opts, cb)}) is
+                                   usable in the chain under its file name
+  DAPI_LIMITS__PLUGIN_TIMEOUT_MS   longest one call of a custom plugin [1000]
+  DAPI_LIMITS__PLUGIN_MEMORY_BYTES memory of the custom plugins' engine, per thread [536870912]
   DAPI_DEFAULTS__<NAME>            one allocator default, e.g. DAPI_DEFAULTS__FILTER_HEADNODE=false
                                    (read as a boolean or number when it looks like one)
   DAPI_DEFAULTS                    all allocator defaults, as a JSON object
@@ -74,6 +82,19 @@ CNAPI server objects (with their \"vms\").
 
 Output: {\"capacities\": {uuid: {\"cpu\", \"ram\", \"disk\"}}, \"reasons\": {...}}: cpu in
 percent of one core, ram and disk in MiB; reasons say why servers were left out.";
+
+const EXPLAIN_HELP: &str = "\
+Runs the plugin chain on one request, as `dapi allocate --explain` does, and prints a
+report for people: the servers removed grouped by cause (with the one that fell
+shortest), the best candidates with their score broken down by scorer, and each
+server asked about with --server (where it left, the reason, the shortfall in MiB or
+CPU units). Colour when standard output is a terminal (not with NO_COLOR set).";
+
+const PLUGINS_HELP: &str = "\
+Lists the plugins an allocation description may name: the built-in ones, then the custom
+ones loaded from plugins_dir (DAPI_PLUGINS_DIR), each with its kind, its step name (as
+answers show it) and, for custom ones, its file and the file's digest. A plugin file that
+does not load is reported as serve would report it.";
 
 const SERVE_HELP: &str = "\
 Serves the HTTP API on the configured listen address (127.0.0.1:8080 unless set):
@@ -116,6 +137,25 @@ enum Command {
         /// request with `vms` or `count` is one already)
         #[arg(long, value_name = "N")]
         count: Option<usize>,
+        /// Add an "explain" member: where each server left and by how much it fell short,
+        /// score breakdowns and ranks, causes grouped (the rest of the answer is unchanged)
+        #[arg(long)]
+        explain: bool,
+        /// Explain only these servers (implies --explain; joins the body's "why_not")
+        #[arg(long = "why-not", value_name = "UUID")]
+        why_not: Vec<String>,
+        /// The request: a JSON file, or - for standard input
+        #[arg(value_name = "REQUEST")]
+        request: PathBuf,
+    },
+    /// Explain an allocation in words: why this server, why not the others
+    #[command(long_about = EXPLAIN_HELP, after_long_help = CONFIG_HELP)]
+    Explain {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// A server to explain in detail (repeatable; joins the body's "why_not")
+        #[arg(long = "server", value_name = "UUID")]
+        servers: Vec<String>,
         /// The request: a JSON file, or - for standard input
         #[arg(value_name = "REQUEST")]
         request: PathBuf,
@@ -128,6 +168,15 @@ enum Command {
         /// The servers: a JSON file, or - for standard input
         #[arg(value_name = "SERVERS")]
         servers: PathBuf,
+    },
+    /// List the plugins a chain may name: built-in ones and those of plugins_dir
+    #[command(long_about = PLUGINS_HELP, after_long_help = CONFIG_HELP)]
+    Plugins {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Print JSON ([{name, kind, step, source, file?, digest?}]) instead of a table
+        #[arg(long)]
+        json: bool,
     },
     /// Print the service's OpenAPI document
     Openapi,
@@ -254,21 +303,81 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 fn run(command: Command) -> Result<(), CliError> {
     match command {
         Command::Serve(ConfigArg { config }) => serve(config),
-        Command::Allocate { config, steps, count, request } => {
+        Command::Allocate { config, steps, count, explain, why_not, request } => {
             let (config, engine) = config.load()?;
             let body = read_input(&request)?;
             // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
             let options = AnswerOptions { steps: steps.unwrap_or(Steps::Full).into(), no_fit: NoFitBody::NullServer };
             let batch = crate::batch::BatchOptions { steps: steps.map(Into::into), count };
-            print(answer::allocate_with(&engine, &config.limits, &body, options, batch)?.body)
+            let explain = (explain || !why_not.is_empty()).then(|| explain_options(why_not));
+            print(answer::allocate_with(&engine, &config.limits, &body, options, batch, explain)?.body)
+        }
+        Command::Explain { config, servers, request } => {
+            use std::io::IsTerminal;
+            let (config, engine) = config.load()?;
+            let body = read_input(&request)?;
+            let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+            let text = answer::explain_report(&engine, &config.limits, &body, explain_options(servers), colour)?;
+            print(text.into_bytes())
         }
         Command::Capacity { config, servers } => {
             let (config, engine) = config.load()?;
             let body = read_input(&servers)?;
             print(answer::capacity(&engine, &config.limits, &body)?.body)
         }
+        Command::Plugins { config, json } => {
+            let config = ServiceConfig::from_process(config.config.as_deref())?;
+            let (registry, custom) = config.registry()?;
+            print(plugin_list(&registry, custom.as_deref(), json))
+        }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),
     }
+}
+
+/// Explain options asking about `uuids` (every server when there are none).
+fn explain_options(uuids: Vec<String>) -> ExplainOptions {
+    let mut options = ExplainOptions::default();
+    if !uuids.is_empty() {
+        options.ask_about(uuids);
+    }
+    options
+}
+
+/// `dapi plugins`: a table (or JSON) of the registry's plugins.
+fn plugin_list(registry: &Registry, custom: Option<&CustomSet>, json: bool) -> Vec<u8> {
+    let files = custom.map_or(&[][..], |c| &c.files[..]);
+    let rows: Vec<serde_json::Value> = registry
+        .iter()
+        .map(|plugin| {
+            let d = plugin.declaration();
+            let mut row = serde_json::json!({"name": d.name, "kind": d.kind.as_str(), "step": d.step});
+            match files.iter().find(|f| f.lookup == d.name) {
+                Some(f) => {
+                    row["source"] = "custom".into();
+                    row["file"] = f.file.clone().into();
+                    row["digest"] = f.digest.clone().into();
+                }
+                None => row["source"] = "built-in".into(),
+            }
+            row
+        })
+        .collect();
+    if json {
+        return serde_json::Value::Array(rows).to_string().into_bytes();
+    }
+    let text = |row: &serde_json::Value, key: &str| row[key].as_str().unwrap_or_default().to_string();
+    let source = |row: &serde_json::Value| match row.get("file") {
+        Some(_) => format!("custom {} {}", text(row, "file"), text(row, "digest")),
+        None => text(row, "source"),
+    };
+    let name_width = rows.iter().map(|r| text(r, "name").len()).max().unwrap_or(0);
+    let source_width = rows.iter().map(|r| source(r).len()).max().unwrap_or(0);
+    let mut out = format!("{:name_width$}  {:11}  {:source_width$}  STEP\n", "NAME", "KIND", "SOURCE");
+    for row in &rows {
+        let (name, kind, step) = (text(row, "name"), text(row, "kind"), text(row, "step"));
+        out.push_str(&format!("{name:name_width$}  {kind:11}  {:source_width$}  {step}\n", source(row)));
+    }
+    out.into_bytes()
 }
 
 /// The bytes of `input`: a file, or standard input for `-`.

@@ -20,7 +20,11 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
-use crate::engine::Engine;
+use std::sync::Arc;
+
+use crate::engine::{Engine, Registry};
+use crate::js::sandbox::Budget;
+use crate::plugins::custom_js::CustomSet;
 
 /// The built-in configuration: CNAPI's production chain and defaults.
 pub const DEFAULT_CONFIG: &str = include_str!("../config/default.json");
@@ -41,6 +45,9 @@ pub struct ServiceConfig {
     /// When set, `/allocate`, `/capacity` and `/admin/reload` need
     /// `Authorization: Bearer <token>` (`/ping`, `/metrics`, `/openapi.json` stay open).
     pub auth_token: Option<String>,
+    /// A directory of custom plugins (`*.js` files, each usable in the chain under its file
+    /// name), loaded with the engine; where the setting came from, for errors.
+    pub plugins_dir: Option<(std::path::PathBuf, Source)>,
     /// The chain and defaults settings in the order applied, to tell which source an
     /// engine error comes from.
     engine_settings: Vec<Setting>,
@@ -82,6 +89,11 @@ pub struct Limits {
     /// and `/openapi.json` (anything else gets 503), one request each, so that health
     /// checks still get in when every ordinary connection is taken. 0: no reserve.
     pub health_connections: usize,
+    /// Longest one call of a custom plugin may run (then the allocation fails with 500).
+    pub plugin_timeout_ms: u64,
+    /// Memory the JavaScript engine of custom plugins may hold on one thread (code, module
+    /// state, and the servers of the call).
+    pub plugin_memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -100,13 +112,15 @@ impl Default for Limits {
             drain_max_bytes: 256 * 1024 * 1024,
             max_connections: 1024,
             health_connections: 16,
+            plugin_timeout_ms: 1000,
+            plugin_memory_bytes: 512 * 1024 * 1024,
         }
     }
 }
 
 impl Limits {
     /// The keys of `limits`, as a config file spells them.
-    pub const KEYS: [&'static str; 12] = [
+    pub const KEYS: [&'static str; 14] = [
         "max_body_bytes",
         "max_servers",
         "max_vms_per_server",
@@ -119,6 +133,8 @@ impl Limits {
         "drain_max_bytes",
         "max_connections",
         "health_connections",
+        "plugin_timeout_ms",
+        "plugin_memory_bytes",
     ];
 
     /// Limits where 0 means "none" (no draining, no health reserve); every other is ≥ 1.
@@ -139,13 +155,16 @@ impl Limits {
             "drain_max_bytes" => self.drain_max_bytes = size,
             "max_connections" => self.max_connections = size,
             "health_connections" => self.health_connections = size,
+            "plugin_timeout_ms" => self.plugin_timeout_ms = value,
+            "plugin_memory_bytes" => self.plugin_memory_bytes = size,
             _ => unreachable!("limits.{key} is not in Limits::KEYS"),
         }
     }
 }
 
 /// The top-level keys of a config file.
-const TOP_KEYS: [&str; 6] = ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token"];
+const TOP_KEYS: [&str; 7] =
+    ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token", "plugins_dir"];
 
 /// Where a setting came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,6 +239,8 @@ enum Set {
     Listen(String),
     LogLevel(String),
     AuthToken(Option<String>),
+    /// `null` or an empty path unsets it.
+    PluginsDir(Option<std::path::PathBuf>),
     Limit(&'static str, u64),
 }
 
@@ -249,6 +270,7 @@ impl ServiceConfig {
             log_level: "info".into(),
             limits: Limits::default(),
             auth_token: None,
+            plugins_dir: None,
             engine_settings: Vec::new(),
         };
         for setting in settings {
@@ -274,6 +296,7 @@ impl ServiceConfig {
             Set::Listen(listen) => self.listen = listen.clone(),
             Set::LogLevel(level) => self.log_level = level.clone(),
             Set::AuthToken(token) => self.auth_token = token.clone(),
+            Set::PluginsDir(dir) => self.plugins_dir = dir.clone().map(|d| (d, setting.source.clone())),
             Set::Limit(key, value) => self.limits.set(key, *value),
         }
         if matches!(setting.set, Set::Chain(_) | Set::Default(..)) {
@@ -283,18 +306,38 @@ impl ServiceConfig {
 
     /// The allocation engine this config describes.
     pub fn engine(&self) -> Result<Engine, ConfigError> {
-        let engine = build_engine(&self.allocation_description, &self.defaults)
-            .map_err(|message| ConfigError::Engine { source: self.blame(), message })?;
+        Ok(self.engine_and_plugins()?.0)
+    }
+
+    /// The plugins a chain may name: the built-in ones and those of `plugins_dir`.
+    pub fn registry(&self) -> Result<(Registry, Option<Arc<CustomSet>>), ConfigError> {
+        let budget = Budget {
+            time: std::time::Duration::from_millis(self.limits.plugin_timeout_ms),
+            memory_bytes: self.limits.plugin_memory_bytes,
+        };
+        let dir = self.plugins_dir.as_ref();
+        crate::registry::with_custom(dir.map(|(d, _)| d.as_path()), budget).map_err(|message| ConfigError::Invalid {
+            source: dir.map_or(Source::BuiltIn, |(_, s)| s.clone()),
+            key: "plugins_dir".into(),
+            message,
+        })
+    }
+
+    /// The engine, and the custom plugins it was built with (loaded once, here).
+    pub fn engine_and_plugins(&self) -> Result<(Engine, Option<Arc<CustomSet>>), ConfigError> {
+        let (registry, custom) = self.registry()?;
+        let engine = build_engine(&self.allocation_description, &self.defaults, &registry)
+            .map_err(|message| ConfigError::Engine { source: self.blame(&registry), message })?;
         for warning in engine.warnings() {
             tracing::warn!("allocation description: {warning}");
         }
-        Ok(engine)
+        Ok((engine, custom))
     }
 
     /// The source whose chain or defaults settings make the engine refuse the config: they
     /// are applied again source by source (each variable on its own), and the first after
     /// which the engine is refused is named. Only run on the error path.
-    fn blame(&self) -> Option<Source> {
+    fn blame(&self, registry: &Registry) -> Option<Source> {
         let mut chain = Value::Null;
         let mut defaults = Value::Object(Map::new());
         let mut settings = self.engine_settings.iter().peekable();
@@ -310,7 +353,7 @@ impl ServiceConfig {
                     _ => {}
                 }
             }
-            if build_engine(&chain, &defaults).is_err() {
+            if build_engine(&chain, &defaults, registry).is_err() {
                 return (first.source != Source::BuiltIn).then(|| first.source.clone());
             }
         }
@@ -324,9 +367,9 @@ impl ServiceConfig {
     }
 }
 
-fn build_engine(chain: &Value, defaults: &Value) -> Result<Engine, String> {
+fn build_engine(chain: &Value, defaults: &Value, registry: &Registry) -> Result<Engine, String> {
     let config = serde_json::json!({"allocationDescription": chain, "defaults": defaults});
-    Engine::from_config(&config, &crate::registry::built_in()).map_err(|e| e.to_string())
+    Engine::from_config(&config, registry).map_err(|e| e.to_string())
 }
 
 /// Sets `value` at `path` below `target`, merging objects key by key (a default that is an
@@ -412,6 +455,13 @@ fn json_settings(source: &Source, value: Value) -> Result<Vec<Setting>, ConfigEr
                 };
                 sets.push(Set::AuthToken(token));
             }
+            "plugins_dir" => {
+                let dir = match &value {
+                    Value::Null => None,
+                    v => Some(text(v).map_err(|m| invalid("plugins_dir", m))?),
+                };
+                sets.push(Set::PluginsDir(dir.filter(|d| !d.is_empty()).map(std::path::PathBuf::from)));
+            }
             "limits" => {
                 let Value::Object(limits) = value else {
                     return Err(invalid("limits", format!("must be an object, not {}", shown(&value))));
@@ -468,6 +518,9 @@ fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<S
             }
             ["listen"] => sets.push(Set::Listen(check_listen(&raw).map_err(|m| invalid("listen", m))?)),
             ["log_level"] => sets.push(Set::LogLevel(check_log_level(&raw).map_err(|m| invalid("log_level", m))?)),
+            ["plugins_dir"] => {
+                sets.push(Set::PluginsDir(Some(raw.as_str()).filter(|d| !d.is_empty()).map(std::path::PathBuf::from)))
+            }
             ["auth_token"] => sets.push(Set::AuthToken(Some(check_token(&raw).map_err(|m| invalid("auth_token", m))?))),
             ["limits", typed] => {
                 let Some(key) = Limits::KEYS.iter().copied().find(|k| k == typed) else {
@@ -495,6 +548,7 @@ fn env_names() -> Vec<String> {
         .collect();
     names.extend(Limits::KEYS.iter().map(|k| format!("DAPI_LIMITS__{}", k.to_ascii_uppercase())));
     names.push("DAPI_AUTH_TOKEN".into());
+    names.push("DAPI_PLUGINS_DIR".into());
     names
 }
 
@@ -830,7 +884,9 @@ mod tests {
         let file = TmpFile::new("typo-far", r#"{"timeout": 1}"#);
         let err = file.load().expect_err("unknown");
         assert!(
-            err.ends_with("the keys are allocationDescription, defaults, listen, log_level, limits, auth_token"),
+            err.ends_with(
+                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir"
+            ),
             "{err}"
         );
 

@@ -9,9 +9,11 @@
 
 pub mod answer;
 pub mod batch;
+pub mod capacity;
 pub mod cli;
 pub mod config;
 pub mod engine;
+pub mod explain;
 mod fxhash;
 pub mod http;
 pub mod js;

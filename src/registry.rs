@@ -1,7 +1,12 @@
 //! The plugins an allocation description may name, assembled above the engine (which knows
 //! plugins only through this registry) and the plugins (which know only the engine).
 
+use std::path::Path;
+use std::sync::Arc;
+
 use crate::engine::Registry;
+use crate::js::sandbox::Budget;
+use crate::plugins::custom_js::CustomSet;
 
 /// The built-in plugins.
 pub fn built_in() -> Registry {
@@ -13,6 +18,25 @@ pub fn built_in() -> Registry {
         }
     }
     registry
+}
+
+/// The built-in plugins and the custom ones of `plugins_dir` (when set), and those custom
+/// plugins' files.
+pub fn with_custom(plugins_dir: Option<&Path>, budget: Budget) -> Result<(Registry, Option<Arc<CustomSet>>), String> {
+    let mut registry = built_in();
+    let Some(dir) = plugins_dir else { return Ok((registry, None)) };
+    let set = Arc::new(CustomSet::load(dir, budget)?);
+    for (plugin, file) in set.plugins().into_iter().zip(&set.files) {
+        if registry.lookup(plugin.name()).is_some() {
+            return Err(format!(
+                "plugin file {}: {:?} is the name of a built-in plugin; rename the file",
+                dir.join(&file.file).display(),
+                file.lookup
+            ));
+        }
+        registry.register(plugin)?;
+    }
+    Ok((registry, Some(set)))
 }
 
 #[cfg(test)]

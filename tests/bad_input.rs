@@ -121,6 +121,16 @@ fn rows() -> Vec<Row> {
             Filtered(SERVER0, "overprovision_ratios.ram\": unsupported property"),
         ),
         (
+            "server sysinfo null",
+            Box::new(set(&["servers", "0", "sysinfo"], Value::Null)),
+            Filtered(SERVER0, "property \"sysinfo\": null - null value found, but a object is required"),
+        ),
+        (
+            "server sysinfo an array",
+            Box::new(set(&["servers", "0", "sysinfo"], json!([]))),
+            Filtered(SERVER0, "property \"sysinfo\":  - array value found, but a object is required"),
+        ),
+        (
             "server traits a number",
             Box::new(set(&["servers", "0", "traits"], json!(7))),
             Filtered(SERVER0, "7 - number value found"),
@@ -232,9 +242,99 @@ fn rows() -> Vec<Row> {
             Invalid("vm", "is not a valid regular expression"),
         ),
         (
+            "affinity regex nothing to repeat",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/a**/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
+            "affinity regex octal escape",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/a\\01/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
+            "affinity regex unknown property",
+            b(|r| r["vm"]["affinity"] = rule("role", "==", "/\\p{Klingon}/", "re")),
+            Invalid("vm", "is not a valid regular expression"),
+        ),
+        (
             "affinity huge regex",
             b(|r| r["vm"]["affinity"] = rule("role", "==", "/(\\w{500}){500}/", "re")),
             Invalid("vm", "is too large"),
+        ),
+        // What CNAPI let through (it checks these only when truthy) and a plugin then asserted:
+        // each row stops one `PluginError` of the production chain at validation.
+        //   calculate-affinity "opts.affinity ([object]) is required":
+        (
+            "affinity null",
+            Box::new(set(&["vm", "affinity"], Value::Null)),
+            Invalid("vm", "VM \"affinity\" is not an array"),
+        ),
+        (
+            "affinity empty string",
+            Box::new(set(&["vm", "affinity"], json!(""))),
+            Invalid("vm", "VM \"affinity\" is not an array"),
+        ),
+        (
+            "affinity zero",
+            Box::new(set(&["vm", "affinity"], json!(0))),
+            Invalid("vm", "VM \"affinity\" is not an array"),
+        ),
+        (
+            "affinity false",
+            Box::new(set(&["vm", "affinity"], json!(false))),
+            Invalid("vm", "VM \"affinity\" is not an array"),
+        ),
+        //   locality hints "opts.vm.locality (object) is required":
+        (
+            "locality empty string",
+            Box::new(set(&["vm", "locality"], json!(""))),
+            Invalid("vm", "VM \"locality\" is has wrong type"),
+        ),
+        (
+            "locality zero",
+            Box::new(set(&["vm", "locality"], json!(0))),
+            Invalid("vm", "VM \"locality\" is has wrong type"),
+        ),
+        (
+            "locality false",
+            Box::new(set(&["vm", "locality"], json!(false))),
+            Invalid("vm", "VM \"locality\" is has wrong type"),
+        ),
+        //   calculate-affinity and the locality hints "opts.vm.owner_uuid (uuid) is required":
+        (
+            "owner uuid in an array",
+            Box::new(set(&["vm", "owner_uuid"], json!(["a3e2889c-795e-446b-9bd5-f6d2f09529af"]))),
+            Invalid("vm", "VM \"owner_uuid\" is not a valid UUID"),
+        ),
+        //   locality hints "locality.near ([uuid]) is required" (from the request):
+        (
+            "locality near uuid in an array",
+            Box::new(set(&["vm", "locality"], json!({"near": [["a3e2889c-795e-446b-9bd5-f6d2f09529af"]]}))),
+            Invalid("vm", "VM \"locality.near\" contains an malformed UUID"),
+        ),
+        //   ... and from affinity resolved to a server's VM keys: the server leaves at the validity step.
+        (
+            "server VM keyed by a name",
+            b(|r| {
+                r["servers"][0]["vms"] = json!({"web1": {"owner_uuid": r["vm"]["owner_uuid"].clone(), "alias": "web1",
+                    "max_physical_memory": 64, "state": "running"}});
+                r["vm"]["affinity"] = rule("instance", "!=", "web1", "exact");
+            }),
+            Filtered(SERVER0, "property \"vms.web1\": key is not a UUID"),
+        ),
+        //   hard-filter-platform-versions "<map> is not an object": the platform checks above
+        //   ("image min_platform null", "package min_platform bad JSON") and this one:
+        (
+            "package min_platform JSON array",
+            Box::new(set(&["package", "min_platform"], json!("[1]"))),
+            Invalid("package", "\"package.min_platform\" is not a hash"),
+        ),
+        //   hard-filter-vlans "... is not an array" / "non-array group": "nic_tags not an array",
+        //   "nic_tag_requirements flat", "top-level nic_tags not array" and:
+        (
+            "nic_tag_requirements null",
+            Box::new(set(&["nic_tag_requirements"], Value::Null)),
+            Invalid("nic_tag_requirements", "value was not an array"),
         ),
         // locality
         (
@@ -294,6 +394,36 @@ fn rows() -> Vec<Row> {
             "image_size a string",
             Box::new(set(&["image", "image_size"], json!("10"))),
             Invalid("image", "\"image.image_size\" has invalid type"),
+        ),
+        (
+            "image_size empty",
+            Box::new(set(&["image", "image_size"], json!(""))),
+            Invalid("image", "\"image.image_size\" is not a number"),
+        ),
+        (
+            "image_size negative",
+            Box::new(set(&["image", "image_size"], json!(-1))),
+            Invalid("image", "\"image.image_size\" must not be negative"),
+        ),
+        (
+            "image min_ram a string",
+            Box::new(set(&["image", "requirements"], json!({"min_ram": "512"}))),
+            Invalid("image", "\"image.requirements.min_ram\" is not a number"),
+        ),
+        (
+            "image min_ram negative",
+            Box::new(set(&["image", "requirements"], json!({"min_ram": -512}))),
+            Invalid("image", "\"image.requirements.min_ram\" must not be negative"),
+        ),
+        (
+            "image max_ram an object",
+            Box::new(set(&["image", "requirements"], json!({"max_ram": {}}))),
+            Invalid("image", "\"image.requirements.max_ram\" is not a number"),
+        ),
+        (
+            "image max_ram negative",
+            Box::new(set(&["image", "requirements"], json!({"max_ram": -1}))),
+            Invalid("image", "\"image.requirements.max_ram\" must not be negative"),
         ),
         (
             "image requirements an array",

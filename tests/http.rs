@@ -40,6 +40,43 @@ async fn allocate_chooses_a_server_and_lists_the_steps() {
     // The same request and seed give the same answer.
     let again = post_json(s.addr, "/allocate", &req).await.json();
     assert_eq!(again["server"]["uuid"], server["uuid"]);
+    // The NIC tag filter ran: the original wrote each NIC's name into it, and so the
+    // chosen server's NICs carry `interface`.
+    let nics = server["sysinfo"]["Network Interfaces"].as_object().expect("NICs");
+    assert!(!nics.is_empty());
+    for (name, nic) in nics {
+        assert_eq!(nic["interface"], json!(name), "{nic}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_regexes_are_read_in_xregexps_dialect() {
+    let s = start(&[]).await;
+    let (owner, vm) = ("a3e2889c-795e-446b-9bd5-f6d2f09529af", "5cde1411-da97-45b4-b542-e61d30792ccd");
+    let patterns = [
+        r"/^\p{L}+-(?=\d)\d$/",
+        r"/^(\w)\pL\1-\d$/",
+        r"/^(?<first>w)\P{N}\k<first>/",
+        r"/(?n)^(w)\p{InLatin_1_Supplement}w-1$/",
+        r"/(?<=\p{Latin})w-1$/",
+        r"/(?x) ^ w # a comment
+            \p{Ll}{2} - 1 $/",
+    ];
+    for pattern in patterns {
+        let mut req = example_request();
+        req["vm"]["owner_uuid"] = json!(owner);
+        req["servers"][0]["vms"][vm]["alias"] = json!("wéw-1");
+        req["vm"]["affinity"] =
+            json!([{"key": "instance", "operator": "!=", "value": pattern, "valueType": "re", "isSoft": false}]);
+        let r = post_json(s.addr, "/allocate", &req).await;
+        assert!(r.status == 200 || r.status == 409, "{pattern}: {}", String::from_utf8_lossy(&r.body));
+        let body = r.json();
+        let excluded = body["steps"].as_array().expect("steps").iter().any(|st| {
+            st["reasons"][req["servers"][0]["uuid"].as_str().unwrap_or_default()]
+                == json!(format!("exclude: inst!={vm}"))
+        });
+        assert!(excluded, "{pattern} did not name the VM: {}", String::from_utf8_lossy(&r.body));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,6 +200,22 @@ async fn metrics_count_requests_and_plugins() {
     assert!(text.contains("dapi_http_requests_total{endpoint=\"/allocate\",status=\"200\"} 1"), "{text}");
     assert!(text.contains("dapi_http_request_duration_seconds_count{endpoint=\"/allocate\"} 1"));
     assert!(text.contains("dapi_plugin_servers_removed_total{plugin=\"hard-filter-setup\"}"));
+    // Latency buckets reach the request timeout (30 s by default).
+    assert!(text.contains("dapi_http_request_duration_seconds_bucket{endpoint=\"/allocate\",le=\"30\"} 1"), "{text}");
+    let value = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok()).unwrap_or(-1.0)
+    };
+    // This scrape is the one request in flight; no allocation holds a permit.
+    assert_eq!(value("dapi_http_requests_in_flight"), 1.0, "{text}");
+    assert_eq!(value("dapi_allocation_permits_in_use"), 0.0);
+    assert!(value("dapi_allocation_permits") >= 4.0, "twice the cores, at least 4");
+    // The process: resident memory, descriptors, CPU time.
+    assert!(value("process_resident_memory_bytes") > 1e6, "{text}");
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_cpu_seconds_total") >= 0.0);
+    let build = text.lines().find(|l| l.starts_with("dapi_build_info{")).unwrap_or_default();
+    assert!(build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))) && build.ends_with(" 1"), "{build}");
+    assert!(build.contains("git_commit=\""), "{build}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,8 @@
 //! * a chosen server survived every hard filter of the top-level chain;
 //! * the same request, config and seed give the same answer.
 //!
-//! `PROPTEST_CASES=5000 cargo test --release --test properties` runs a longer search.
+//! `PROPTEST_CASES=5000 cargo test --release --test properties` runs a longer search. Each
+//! run draws a new seed, printed with any failure; `PROPTEST_RNG_SEED=N` replays run N.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -45,7 +46,13 @@ fn cases() -> &'static [Case] {
 
 /// A random JSON value of any type, including awkward numbers.
 fn random_value(rng: &mut StdRng) -> Value {
-    match rng.gen_range(0..10) {
+    match rng.gen_range(0..14) {
+        // Falsy values CNAPI's truthy-only checks let through, and a uuid in an array (which
+        // passes a regex test on its string form).
+        10 => json!(0),
+        11 => json!(false),
+        12 => json!(["0a000000-0000-4000-8000-000000000001"]),
+        13 => json!({"near": [["0a000000-0000-4000-8000-000000000001"]], "strict": true}),
         0 => Value::Null,
         1 => json!(rng.gen::<bool>()),
         2 => json!(-rng.gen_range(0..1_000_000)),
@@ -116,8 +123,20 @@ fn allocate(engine: &Engine, body: &[u8]) -> Option<Value> {
     Some(serde_json::to_value(allocation.answer(&request.raw_servers, &request.servers)).expect("answer serialises"))
 }
 
+/// 200 cases unless `PROPTEST_CASES` says otherwise, from a seed that changes per run
+/// unless `PROPTEST_RNG_SEED` fixes it; the seed is printed (shown when a test fails).
+fn config() -> ProptestConfig {
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(200);
+    let seed = std::env::var("PROPTEST_RNG_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        now.as_nanos() as u64 ^ u64::from(std::process::id())
+    });
+    eprintln!("proptest: {cases} cases, seed {seed} (replay with PROPTEST_RNG_SEED={seed})");
+    ProptestConfig { cases, rng_seed: proptest::test_runner::RngSeed::Fixed(seed), ..ProptestConfig::default() }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn mutated_requests_never_break_the_engine(pick in 0usize..1000, seed in any::<u64>(), mutations in 1usize..6) {

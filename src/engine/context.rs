@@ -5,8 +5,8 @@
 //! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
 //! instead, and plugins read the effective values through these accessors.
 
-use std::sync::Arc;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rand::rngs::StdRng;
 
@@ -14,7 +14,7 @@ use super::defaults::Defaults;
 use super::reasons::{KeyTable, ServerKey};
 use super::vm_index::VmIndex;
 use crate::js::Js;
-use crate::model::{Image, Package, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
+use crate::model::{Image, Package, RawParams, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 
 /// Index of a server in the request's `servers` list.
 pub type ServerId = usize;
@@ -43,6 +43,8 @@ pub struct ServerState {
     pub zone_quota_added_bytes: f64,
     /// Added to `disk_kvm_zvol_volsize_bytes` for ticketed KVM VMs.
     pub kvm_zvol_added_bytes: f64,
+    /// Each sysinfo NIC (physical and virtual) carries its `interface` name in the answer.
+    pub nics_named: bool,
 }
 
 /// The package after massaging (`PIPELINE.md` §3.2) and any overriding: ratios under their
@@ -114,10 +116,81 @@ pub struct Request<'r> {
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
     pub raw_servers: &'r [&'r str],
+    /// The other parameters' JSON as received, for plugins that see them whole (custom
+    /// plugins). Empty when the caller has none.
+    pub raw_params: RawParams<'r>,
     vm_index: OnceLock<VmIndex>,
     keys: OnceLock<Arc<KeyTable>>,
     /// A datacenter's look-ups, used instead of the two above when given.
     shared: Option<&'r Lookups>,
+    /// Notes for an explained allocation; `None` (the plain path) records nothing.
+    recorder: Option<Recorder>,
+}
+
+/// A resource a filter found short on a server, in the answer's units.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shortfall {
+    /// `ram`, `cpu`, `disk`, `free_disk`, `vms`, or `<resource>_ratio`.
+    pub resource: &'static str,
+    /// `MiB`, `CPU units` (percent of one core), `VMs` or `ratio`.
+    pub unit: &'static str,
+    pub needed: f64,
+    pub available: f64,
+}
+
+/// What a plugin noted about one server while explaining.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoteKind {
+    Shortfall(Shortfall),
+    /// One score increment: the value the scorer placed the server by (its position in
+    /// the scorer's order unless the scorer noted the value itself), the weight and the
+    /// increment.
+    Score {
+        raw: f64,
+        weight: f64,
+        contribution: f64,
+    },
+    /// The value a scorer ordered servers by, when it is not the position (unreserved
+    /// MiB, owner zones, a date).
+    Raw(serde_json::Value),
+}
+
+/// A note, tagged with the step (its index in the allocation's steps) that wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    pub step: usize,
+    pub server: ServerId,
+    pub kind: NoteKind,
+}
+
+/// Collects notes while an allocation is explained. Filters check servers on several
+/// cores at once, hence the lock; it is taken only when explaining.
+#[derive(Debug, Default)]
+pub struct Recorder {
+    step: AtomicUsize,
+    notes: Mutex<Vec<Note>>,
+}
+
+impl Recorder {
+    /// The engine says which step runs next.
+    pub fn begin_step(&self, step: usize) {
+        self.step.store(step, Ordering::Relaxed);
+    }
+
+    fn add(&self, server: ServerId, kind: NoteKind) {
+        let step = self.step.load(Ordering::Relaxed);
+        if let Ok(mut notes) = self.notes.lock() {
+            notes.push(Note { step, server, kind });
+        }
+    }
+
+    /// The notes, in the order they were written within each step.
+    pub fn into_notes(self) -> Vec<Note> {
+        let mut notes = self.notes.into_inner().unwrap_or_else(|e| e.into_inner());
+        // Parallel passes write out of order; a stable sort keeps each server's own order.
+        notes.sort_by_key(|n| n.step);
+        notes
+    }
 }
 
 impl<'r> Request<'r> {
@@ -143,10 +216,54 @@ impl<'r> Request<'r> {
             defaults,
             rng,
             raw_servers: &[],
+            raw_params: RawParams::default(),
             vm_index: OnceLock::new(),
             keys: OnceLock::new(),
             shared: None,
+            recorder: None,
         }
+    }
+
+    /// Turns on notes for an explained allocation.
+    pub fn record_notes(&mut self) {
+        self.recorder = Some(Recorder::default());
+    }
+
+    /// The recorder, when explaining.
+    pub fn recorder(&self) -> Option<&Recorder> {
+        self.recorder.as_ref()
+    }
+
+    /// Whether notes are being taken (plugins skip work that only feeds notes).
+    pub fn explaining(&self) -> bool {
+        self.recorder.is_some()
+    }
+
+    /// Notes that server `id` falls short on a resource (explaining only).
+    pub fn note_shortfall(&self, id: ServerId, shortfall: Shortfall) {
+        if let Some(r) = &self.recorder {
+            r.add(id, NoteKind::Shortfall(shortfall));
+        }
+    }
+
+    /// Notes one score increment of server `id` (explaining only).
+    pub fn note_score(&self, id: ServerId, raw: f64, weight: f64, contribution: f64) {
+        if let Some(r) = &self.recorder {
+            r.add(id, NoteKind::Score { raw, weight, contribution });
+        }
+    }
+
+    /// Notes the value a scorer ordered server `id` by; `value` is made only when
+    /// explaining.
+    pub fn note_raw(&self, id: ServerId, value: impl FnOnce() -> serde_json::Value) {
+        if let Some(r) = &self.recorder {
+            r.add(id, NoteKind::Raw(value()));
+        }
+    }
+
+    /// The run's states and notes (none unless explaining), once it is over.
+    pub fn finish(self) -> (Vec<ServerState>, Vec<Note>) {
+        (self.state, self.recorder.map(Recorder::into_notes).unwrap_or_default())
     }
 
     /// Reads VMs and server keys through `lookups` (a datacenter's, kept across runs).
@@ -187,6 +304,11 @@ impl<'r> Request<'r> {
     /// Writes [`Data::Unreserved`](super::plugin::Data::Unreserved).
     pub fn set_unreserved(&mut self, id: ServerId, unreserved: Unreserved) {
         self.state[id].unreserved = Some(unreserved);
+    }
+
+    /// Writes [`Data::NicNames`](super::plugin::Data::NicNames).
+    pub fn name_nics(&mut self, id: ServerId) {
+        self.state[id].nics_named = true;
     }
 
     /// Writes [`Data::Ratios`](super::plugin::Data::Ratios): the server's effective

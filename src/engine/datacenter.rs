@@ -329,7 +329,7 @@ impl Engine {
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
         let chosen = select(&survivors, req.states());
         let cpu_cap = req.vm_cpu_cap().clone();
-        Ok(Placement { allocation: Allocation { chosen, steps, state: req.into_states() }, cpu_cap })
+        Ok(Placement { allocation: Allocation { chosen, steps, state: req.into_states(), notes: Vec::new() }, cpu_cap })
     }
 
     /// [`Engine::allocate_in`], then the VM (as `uuid`) listed on the chosen server.

@@ -63,6 +63,9 @@ impl Expr {
         match self {
             Expr::Plugin(plugin) => {
                 let mut reasons = Reasons::default();
+                if let Some(recorder) = req.recorder() {
+                    recorder.begin_step(steps.len());
+                }
                 let started = std::time::Instant::now();
                 let output = plugin.run(req, &input, &mut reasons)?;
                 if cfg!(debug_assertions) {
@@ -157,6 +160,7 @@ fn describe(data: Data) -> &'static str {
         Data::Locality => "the locality derived from affinity",
         Data::CpuCap => "the VM's CPU cap",
         Data::Scores => "the scores",
+        Data::NicNames => "the NICs' interface names",
     }
 }
 

@@ -21,7 +21,7 @@ use rand::SeedableRng;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-pub use context::{Lookups, Request, ServerId, ServerState, Unreserved};
+pub use context::{Lookups, Note, NoteKind, Recorder, Request, ServerId, ServerState, Shortfall, Unreserved};
 pub use datacenter::{Datacenter, DatacenterError, PlaceError, Placement, ProvisionedVm, VmRequest};
 pub use defaults::Defaults;
 pub use expr::Expr;
@@ -80,6 +80,8 @@ pub struct Allocation {
     pub chosen: Option<ServerId>,
     pub steps: Vec<Step>,
     pub state: Vec<ServerState>,
+    /// What plugins noted while explaining (empty otherwise), ordered by step.
+    pub notes: Vec<Note>,
 }
 
 /// Unreserved resources per surviving server, and why the others were left out.
@@ -128,6 +130,12 @@ impl Engine {
 
     /// Runs the description on a validated request.
     pub fn allocate(&self, body: &AllocateBody<'_>) -> Result<Allocation, PluginError> {
+        self.allocate_noting(body, false)
+    }
+
+    /// [`Engine::allocate`], with plugins' notes (shortfalls, score parts) when `explain`;
+    /// the decision and the steps are the same either way.
+    pub fn allocate_noting(&self, body: &AllocateBody<'_>, explain: bool) -> Result<Allocation, PluginError> {
         let seed = body.seed.or(self.defaults.seed);
         let rng = match seed {
             Some(s) => StdRng::seed_from_u64(s),
@@ -143,11 +151,16 @@ impl Engine {
             rng,
         );
         req.raw_servers = &body.raw_servers;
+        if explain {
+            req.record_notes();
+        }
+        req.raw_params = body.raw;
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..body.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
         let chosen = select(&survivors, req.states());
-        Ok(Allocation { chosen, steps, state: req.into_states() })
+        let (state, notes) = req.finish();
+        Ok(Allocation { chosen, steps, state, notes })
     }
 
     /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.

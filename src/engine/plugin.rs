@@ -56,6 +56,9 @@ pub enum Data {
     CpuCap,
     /// Each server's score; 0 until written.
     Scores,
+    /// Servers whose sysinfo NICs carry their interface name (as the original's NIC tag
+    /// filter wrote it into them); none until written. Read by the answer.
+    NicNames,
 }
 
 impl Data {

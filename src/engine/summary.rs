@@ -195,6 +195,9 @@ pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Va
         Err(_) => serde_json::from_str(raw).unwrap_or(Value::Null),
     };
     let Some(obj) = value.as_object_mut() else { return value };
+    if state.nics_named {
+        name_nics(obj);
+    }
     obj.insert("score".into(), num_to_json(state.score));
     if let Some(ratios) = &state.ratios {
         obj.insert("overprovision_ratios".into(), ratios.to_json());
@@ -214,4 +217,19 @@ pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Va
         obj.insert("unreserved_disk".into(), num_to_json(u.disk_mib));
     }
     value
+}
+
+/// Writes each sysinfo NIC's name into it as `interface` (physical, then virtual NICs), as
+/// the original's NIC tag filter did to the servers it indexed: an existing `interface` is
+/// overwritten in place, NICs that are not objects are left alone.
+fn name_nics(server: &mut serde_json::Map<String, Value>) {
+    let Some(Value::Object(sysinfo)) = server.get_mut("sysinfo") else { return };
+    for map in ["Network Interfaces", "Virtual Network Interfaces"] {
+        let Some(Value::Object(nics)) = sysinfo.get_mut(map) else { continue };
+        for (name, nic) in nics.iter_mut() {
+            if let Value::Object(nic) = nic {
+                nic.insert("interface".into(), Value::String(name.clone()));
+            }
+        }
+    }
 }

@@ -15,6 +15,7 @@ use super::stream;
 use super::{AppState, Outcome};
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
 use crate::engine::{Allocation, Engine, StepsFormat};
+use crate::explain::ExplainOptions;
 use crate::model::AllocateBody;
 use crate::validate::FieldError;
 use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
@@ -81,12 +82,24 @@ fn allocate_body<'a, T>(
     app: &AppState,
     received: &'a Received,
     reply: &mut Reply<T>,
+    explain: &mut Option<ExplainOptions>,
 ) -> Result<(AllocateBody<'a>, Option<Allocation>), ApiError> {
     let mut request = match received {
         Received::Whole(bytes) => parse_allocate_body(bytes),
         Received::Arriving(body) => parse_arriving_allocate_body(body),
     }
     .map_err(AnswerError::from)?;
+    if let Some(options) = explain.take() {
+        // The body's `why_not` is read only when an explanation is asked for.
+        let whole = match received {
+            Received::Whole(bytes) => Some(&bytes[..]),
+            Received::Arriving(body) => body.complete(),
+        };
+        *explain = Some(match whole {
+            Some(bytes) => answer::with_body_why_not(options, bytes)?,
+            None => options,
+        });
+    }
     reply.computing();
     if reply.abandoned() {
         return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
@@ -94,7 +107,7 @@ fn allocate_body<'a, T>(
     if request.batch.is_batch() {
         return Ok((request, None));
     }
-    let allocation = answer::decide(engine, &app.limits(), &mut request)?;
+    let allocation = answer::decide_noting(engine, &app.limits(), &mut request, explain.is_some())?;
     app.metrics.record_steps(&allocation.steps);
     Ok((request, Some(allocation)))
 }
@@ -126,22 +139,26 @@ fn reply_allocation(
     request: &AllocateBody<'_>,
     allocation: &Allocation,
     format: StepsFormat,
+    explain: Option<&ExplainOptions>,
     patience: Duration,
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
 ) {
     let (status, outcome) = outcome_of(request, allocation);
     // The service's no-fit answer is CNAPI's 409 error body.
     let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
-    let size = answer::answer_size_hint(request, allocation, format);
+    let size = answer::answer_size_hint(request, allocation, format) + answer::explain_size_hint(request, explain);
+    let write = |out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)| {
+        answer::write_explained_allocation(request, allocation, options, explain, out, part_done)
+    };
     if size < STREAM_FROM {
         let mut out = Vec::with_capacity(size);
-        let written = answer::write_allocation(request, allocation, options, &mut out, &mut |_| {});
+        let written = write(&mut out, &mut |_| {});
         return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)).map_err(ApiError::from));
     }
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
-    match answer::write_allocation(request, allocation, options, &mut out, &mut |out| parts.part_done(out, false)) {
+    match write(&mut out, &mut |out| parts.part_done(out, false)) {
         Ok(()) => {
             parts.part_done(&mut out, true);
             if !parts.delivered() {
@@ -153,6 +170,55 @@ fn reply_allocation(
             parts.fail(&e.to_string());
         }
     }
+}
+
+/// The `explain` (`true`/`1` or `false`/`0`) and `why_not` (uuids, comma-separated; asks
+/// for an explanation too) query parameters.
+fn explain_options(query: Option<&str>) -> Result<Option<ExplainOptions>, ApiError> {
+    let mut explain: Option<ExplainOptions> = None;
+    let mut why_not: Vec<String> = Vec::new();
+    for pair in query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "explain" => match value {
+                "true" | "1" | "" => explain = Some(explain.unwrap_or_default()),
+                "false" | "0" => explain = None,
+                _ => {
+                    return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
+                        "explain",
+                        format!("must be true or false, not {value:?}"),
+                    )]))
+                }
+            },
+            "why_not" => why_not.extend(value.split(',').filter(|u| !u.is_empty()).map(percent_decoded)),
+            _ => {}
+        }
+    }
+    if !why_not.is_empty() {
+        explain.get_or_insert_with(ExplainOptions::default).ask_about(why_not);
+    }
+    Ok(explain)
+}
+
+/// `%XX` escapes decoded (uuids need none, but clients may escape the commas' neighbours).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The `steps` query parameter: `full` (the default) or `removed`.
@@ -177,7 +243,11 @@ fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
     post,
     tag = "dapi",
     path = "/allocate",
-    params(("steps" = Option<String>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters.")),
+    params(
+        ("steps" = Option<String>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
+        ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then."),
+        ("why_not" = Option<String>, Query, description = "Server uuids, comma-separated: restricts the per-server part of `explain` to them (a uuid not in the request is answered too). Implies `explain=true`; joins the body's `why_not: [uuid, ...]`.")
+    ),
     request_body(content = super::openapi::AllocateRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "A server was chosen (a batch, `vms` or `count`: a `BatchResponse`)", body = super::openapi::AllocateResponse),
@@ -199,18 +269,22 @@ pub async fn allocate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let format = match steps_format(query.as_deref()) {
-        Ok(f) => f,
-        Err(e) => return e.into_response(),
-    };
+    let (format, explain) =
+        match steps_format(query.as_deref()).and_then(|f| Ok((f, explain_options(query.as_deref())?))) {
+            Ok(parsed) => parsed,
+            Err(e) => return e.into_response(),
+        };
     // A batch lists compact steps unless `steps` is given.
     let batch_format =
         query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps="))).then_some(format);
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
-        match allocate_body(&engine, &app2, &received, &mut reply) {
-            Ok((request, Some(allocation))) => reply_allocation(&request, &allocation, format, patience, reply),
+        let mut explain = explain;
+        match allocate_body(&engine, &app2, &received, &mut reply, &mut explain) {
+            Ok((request, Some(allocation))) => {
+                reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply)
+            }
             Ok((request, None)) => reply_batch(&engine, &app2, request, batch_format, reply),
             Err(e) => reply.send(Err(e)),
         }
@@ -288,6 +362,7 @@ pub async fn ping(State(app): State<Arc<AppState>>) -> Response {
         "version": env!("CARGO_PKG_VERSION"),
         "config": app.config_digest(),
         "uptime_seconds": app.started.elapsed().as_secs(),
+        "plugins": app.custom_plugins(),
     });
     json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
 }
@@ -301,7 +376,8 @@ pub async fn openapi_json() -> Response {
 /// Prometheus metrics.
 #[utoipa::path(get, tag = "dapi", path = "/metrics", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let mut text = app.metrics.render();
+    let permits_in_use = app.max_permits.saturating_sub(app.permits.available_permits());
+    let mut text = app.metrics.render(permits_in_use);
     app.conns.render(&mut text);
     app.drains.render(&mut text);
     let mut response = (StatusCode::OK, text).into_response();

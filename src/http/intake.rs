@@ -31,6 +31,78 @@ pub(super) fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// How a request body is encoded on the wire (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BodyEncoding {
+    Identity,
+    /// Decompressed while it arrives; the size limit applies to the decompressed bytes.
+    Gzip,
+}
+
+/// Reads `Content-Encoding`: none or `identity` (as is), `gzip` (or `x-gzip`); anything else
+/// (`br`, `deflate`, `zstd`, several layers) is a 415, before the body is read.
+pub(super) fn body_encoding(headers: &HeaderMap) -> Result<BodyEncoding, ApiError> {
+    let mut encoding = BodyEncoding::Identity;
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let text = value.to_str().unwrap_or("\u{fffd}");
+        for token in text.split(',').map(|t| t.trim().to_ascii_lowercase()).filter(|t| !t.is_empty()) {
+            match (token.as_str(), encoding) {
+                ("identity", _) => {}
+                ("gzip" | "x-gzip", BodyEncoding::Identity) => encoding = BodyEncoding::Gzip,
+                _ => {
+                    return Err(ApiError::UnsupportedMediaType(format!(
+                        "content encoding must be gzip or identity, not {text:?}"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(encoding)
+}
+
+/// The decompressed body, refusing to grow past the size limit: a small compressed body
+/// that inflates to gigabytes (a "gzip bomb") stops at `limit` bytes.
+struct Bounded {
+    buf: Vec<u8>,
+    limit: usize,
+    over: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.limit {
+            self.over = true;
+            return Err(std::io::Error::other("over the body size limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a gzip body, decompressing each frame as it arrives (the compressed body is never
+/// held whole); both its compressed and its decompressed size must stay within `limit`.
+async fn read_gzip_body(body: Body, limit: usize, pace: UploadPace) -> Result<(Vec<u8>, BodySeen), ApiError> {
+    use std::io::Write as _;
+    let mut decoder = flate2::write::MultiGzDecoder::new(Bounded { buf: Vec::new(), limit, over: false });
+    let fail = |decoder: &flate2::write::MultiGzDecoder<Bounded>, e: std::io::Error| {
+        if decoder.get_ref().over {
+            ApiError::TooLarge(limit)
+        } else {
+            ApiError::Malformed(format!("the gzip body cannot be decompressed: {e}"))
+        }
+    };
+    let seen = read_frames(body, limit, pace, |data| decoder.write_all(data).map_err(|e| fail(&decoder, e))).await?;
+    if let Err(e) = decoder.try_finish() {
+        return Err(fail(&decoder, e));
+    }
+    let bounded = decoder.finish().map_err(|e| ApiError::Malformed(format!("the gzip body is incomplete: {e}")))?;
+    Ok((bounded.buf, seen))
+}
+
 /// The body's declared length, refused when over `limit`.
 fn declared_length(headers: &HeaderMap, limit: usize) -> Result<Option<usize>, ApiError> {
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
@@ -223,9 +295,10 @@ pub(super) async fn run_limited<T: Send + 'static>(
     arriving: bool,
     work: impl FnOnce(Arc<Engine>, Received, Reply<T>) + Send + 'static,
 ) -> (Option<BodySeen>, Result<T, ApiError>) {
-    if let Err(e) = check_content_type(headers) {
-        return (None, Err(e));
-    }
+    let encoding = match check_content_type(headers).and_then(|()| body_encoding(headers)) {
+        Ok(encoding) => encoding,
+        Err(e) => return (None, Err(e)),
+    };
     let Ok(permit) = app.permits.clone().try_acquire_owned() else {
         return (None, Err(ApiError::Unavailable("too many allocations in progress; retry shortly".into())));
     };
@@ -238,6 +311,8 @@ pub(super) async fn run_limited<T: Send + 'static>(
         let declared = declared_length(headers, limits.max_body_bytes)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
         let cores = app.cpu_slots.clone();
+        // A gzip body's decompressed length is unknown until its end: it is read whole.
+        let arriving = arriving && encoding == BodyEncoding::Identity;
         let task = match declared.filter(|&n| arriving && n >= ARRIVING_FROM) {
             // Read while it arrives: the work starts now, and takes a core once parsed.
             Some(len) => {
@@ -257,7 +332,10 @@ pub(super) async fn run_limited<T: Send + 'static>(
                 task
             }
             None => {
-                let (bytes, body_seen) = read_body(declared, body, limits.max_body_bytes, pace).await?;
+                let (bytes, body_seen) = match encoding {
+                    BodyEncoding::Identity => read_body(declared, body, limits.max_body_bytes, pace).await?,
+                    BodyEncoding::Gzip => read_gzip_body(body, limits.max_body_bytes, pace).await?,
+                };
                 seen = Some(body_seen);
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;

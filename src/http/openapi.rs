@@ -41,6 +41,9 @@ pub struct AllocateRequest {
     pub nic_tag_requirements: Option<Vec<Vec<String>>>,
     /// Seed for `score-uniform-random`, making the decision reproducible.
     pub seed: Option<u64>,
+    /// With `explain=true`: restrict the per-server part of `explain` to these server uuids
+    /// (a uuid not in `servers` is answered too).
+    pub why_not: Option<Vec<String>>,
 }
 
 /// One plugin run (or `Received by DAPI`, first). The default (`steps=full`, CNAPI's format)
@@ -66,6 +69,8 @@ pub struct AllocateResponse {
     #[schema(value_type = Object)]
     pub server: serde_json::Value,
     pub steps: Vec<StepDoc>,
+    /// Only with `explain=true` (or `why_not`); always the last member.
+    pub explain: Option<ExplainDoc>,
 }
 
 /// One VM of a batch: its server, or why none fits.
@@ -120,6 +125,107 @@ pub struct NoServersResponse {
     /// `No compute resources available: <reason from the last step>`.
     pub message: String,
     pub steps: Vec<StepDoc>,
+    /// Only with `explain=true` (or `why_not`); always the last member.
+    pub explain: Option<ExplainDoc>,
+}
+
+/// Why this server, why not the others: added by `explain=true`.
+#[derive(Serialize, ToSchema)]
+pub struct ExplainDoc {
+    pub received: u64,
+    pub removed: u64,
+    pub remaining: u64,
+    /// One line: `412 of 500 servers removed: 300 by hard-filter-min-ram (Servers with
+    /// enough unreserved RAM; closest: <uuid> short by 512 MiB ram), ...; 88 left; chosen:
+    /// <uuid> (score 3.2, margin 0.4)`.
+    pub summary: String,
+    /// Removed servers grouped by the step that removed them, most first.
+    pub causes: Vec<ExplainCauseDoc>,
+    pub winner: Option<ExplainWinnerDoc>,
+    /// The best candidates (up to five), best first, with their score breakdown.
+    pub top: Vec<ExplainServerDoc>,
+    /// Every server received in request order, or those named by `why_not` in its order.
+    pub servers: Vec<ExplainServerDoc>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainCauseDoc {
+    pub step: String,
+    pub plugin: String,
+    pub count: u64,
+    /// The removed server that fell shortest (resource filters only).
+    pub closest: Option<ExplainClosestDoc>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainClosestDoc {
+    pub server: String,
+    pub resource: String,
+    pub unit: String,
+    pub missing: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainWinnerDoc {
+    pub server: String,
+    pub score: f64,
+    /// Its score minus the runner-up's; absent when it had no rival.
+    pub margin: Option<f64>,
+    pub runner_up: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainServerDoc {
+    pub server: String,
+    /// `chosen`, `candidate` (passed every step, not chosen), `removed`, or `not_received`
+    /// (named by `why_not` but not in the request).
+    pub outcome: String,
+    /// For removed servers: where they left.
+    pub left: Option<ExplainLeftDoc>,
+    /// For candidates: 1 for the chosen server, then by score.
+    pub rank: Option<u64>,
+    pub score: Option<f64>,
+    /// For candidates: the score by scorer, in the order they ran; the contributions add up
+    /// to `score`.
+    pub scores: Option<Vec<ExplainScoreDoc>>,
+    /// For the chosen server: its score minus the runner-up's.
+    pub margin: Option<f64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainLeftDoc {
+    pub step: String,
+    pub plugin: String,
+    /// The step's reason for this server (`null` where the filter gives none).
+    pub reason: Option<String>,
+    /// Resource filters (RAM, CPU, disk, free disk, overprovision ratios, VM count): by how
+    /// much the server fell short.
+    pub shortfalls: Option<Vec<ExplainShortfallDoc>>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainShortfallDoc {
+    /// `ram`, `cpu`, `disk`, `free_disk`, `vms`, or `<cpu|ram|disk|io|net>_ratio`.
+    pub resource: String,
+    /// `MiB`, `CPU units` (percent of one core), `VMs` or `ratio`.
+    pub unit: String,
+    pub needed: f64,
+    pub available: f64,
+    /// `needed - available`.
+    pub missing: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ExplainScoreDoc {
+    pub plugin: String,
+    /// What the scorer placed servers by: unreserved MiB, owner zones, a date, a platform
+    /// stamp, or the server's position in the scorer's order.
+    #[schema(value_type = Object)]
+    pub raw: serde_json::Value,
+    /// `contribution / |weight|`.
+    pub normalised: f64,
+    pub weight: f64,
+    pub contribution: f64,
 }
 
 /// A named bad field.
@@ -184,6 +290,20 @@ pub struct PingResponse {
     /// Short hash of the loaded allocation description and defaults.
     pub config: String,
     pub uptime_seconds: u64,
+    /// The custom plugins loaded from `plugins_dir` (empty when none).
+    pub plugins: Vec<CustomPluginInfo>,
+}
+
+/// One custom plugin file.
+#[derive(Serialize, ToSchema)]
+pub struct CustomPluginInfo {
+    /// The lookup name (the file name before `.js`), as used in the allocation description.
+    pub name: String,
+    pub file: String,
+    /// The module's `name`: the step name in answers.
+    pub step: String,
+    /// XXH3 of the file's bytes, hex.
+    pub digest: String,
 }
 
 /// A reload was accepted.
@@ -233,6 +353,14 @@ impl utoipa::Modify for BearerAuth {
         BatchFailedResponse,
         BatchFailedVm,
         StepDoc,
+        ExplainDoc,
+        ExplainCauseDoc,
+        ExplainClosestDoc,
+        ExplainWinnerDoc,
+        ExplainServerDoc,
+        ExplainLeftDoc,
+        ExplainShortfallDoc,
+        ExplainScoreDoc,
         InvalidParametersResponse,
         FieldErrorDoc,
         ErrorResponse,
@@ -240,6 +368,7 @@ impl utoipa::Modify for BearerAuth {
         CapacityResponse,
         CapacityEntry,
         PingResponse,
+        CustomPluginInfo,
         ReloadResponse
     ))
 )]

@@ -21,6 +21,8 @@
 pub mod date;
 pub mod owner_filter;
 pub mod regex;
+mod regex_blocks;
+pub mod sandbox;
 pub mod sort;
 pub mod value;
 

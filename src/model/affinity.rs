@@ -2,6 +2,7 @@
 //! as CNAPI sends it parsed: `{key, operator, value, valueType, isSoft}`. Resolving rules to
 //! VMs is domain logic (`plugins::shared::affinity`).
 
+use crate::js::regex::Dialect;
 use crate::js::Js;
 
 /// One affinity rule, as validation guarantees it (strings and a boolean).
@@ -54,12 +55,13 @@ impl Affinity {
         format!("^{}$", self.value.replace('*', ".*"))
     }
 
-    /// Every regex this rule may compile when it is resolved: `re` values, and instance
-    /// globs (tag globs use the look-up's own `*` matching).
-    pub fn patterns(&self) -> Vec<String> {
+    /// Every regex this rule may compile when it is resolved, with its dialect: `re` values
+    /// (XRegExp), and instance globs (a native RegExp; tag globs use the look-up's own `*`
+    /// matching).
+    pub fn patterns(&self) -> Vec<(String, Dialect)> {
         match self.value_type.as_str() {
-            "re" => vec![self.regex_source()],
-            "glob" if self.is_instance() => vec![self.glob_source()],
+            "re" => vec![(self.regex_source(), Dialect::XRegExp)],
+            "glob" if self.is_instance() => vec![(self.glob_source(), Dialect::Native)],
             _ => Vec::new(),
         }
     }

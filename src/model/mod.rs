@@ -13,7 +13,7 @@ pub mod schema;
 mod shape;
 mod vms;
 
-pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType};
+pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType, RawParams};
 pub use shape::{EmptyValue, Shape};
 pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
 

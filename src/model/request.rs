@@ -33,6 +33,18 @@ pub struct AllocateBody<'a> {
     pub seed: Option<u64>,
     /// The members that make the body a batch, read by `crate::batch`.
     pub batch: BatchFields<'a>,
+    /// The JSON text of the other parameters, for plugins that see them whole.
+    pub raw: RawParams<'a>,
+}
+
+/// The JSON text of the request's `vm`, `image`, `package` and `tickets` as received (absent
+/// when not sent), borrowed from the body.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RawParams<'a> {
+    pub vm: Option<&'a str>,
+    pub image: Option<&'a str>,
+    pub package: Option<&'a str>,
+    pub tickets: Option<&'a str>,
 }
 
 /// A batch body's own members, as received: `vms` (one VM payload each) or `count` (copies

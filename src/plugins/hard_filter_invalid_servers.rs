@@ -88,10 +88,24 @@ mod tests {
     }
 
     #[test]
+    fn a_server_without_a_sysinfo_object_leaves_here() {
+        let uuid = "00000000-0000-0000-0000-000000000001";
+        for sysinfo in [json!(null), json!([])] {
+            let out =
+                Fixture::new(vec![with(server(uuid), json!({"sysinfo": sysinfo}))]).run(&HardFilterInvalidServers);
+            assert!(out.remaining.is_empty());
+            assert!(
+                out.reason(uuid).is_some_and(|r| r.starts_with(r#"property "sysinfo": "#)),
+                "{:?}",
+                out.reason(uuid)
+            );
+        }
+    }
+
+    #[test]
     fn lax_values_pass_as_in_the_original() {
         let uuid = "00000000-0000-0000-0000-000000000001";
-        let lax =
-            json!({"memory_total_bytes": "5", "disk_pool_alloc_bytes": [], "sysinfo": [], "traits": ["x"], "vms": []});
+        let lax = json!({"memory_total_bytes": "5", "disk_pool_alloc_bytes": [], "traits": ["x"], "vms": []});
         let out = Fixture::new(vec![with(server(uuid), lax)]).run(&HardFilterInvalidServers);
         assert_eq!(out.remaining, [uuid]);
         assert!(out.reasons.is_empty());

@@ -5,7 +5,7 @@
 //! The required value is printed as configured (a string stays a string); `null` counts as 0.
 
 use super::shared::unreserved::{MIB, POOL_USABLE_RATIO};
-use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Shortfall, Verdict};
 use crate::js::{fmt_num, js_max, Js};
 
 pub struct HardFilterMinFreeDisk;
@@ -31,6 +31,10 @@ impl ServerFilter for HardFilterMinFreeDisk {
         let free = js_max(0.0, (free_bytes / MIB).ceil());
         if free >= required.num() {
             return Verdict::Keep;
+        }
+        if req.explaining() && required.num().is_finite() && free.is_finite() {
+            let shortfall = Shortfall { resource: "free_disk", unit: "MiB", needed: required.num(), available: free };
+            req.note_shortfall(id, shortfall);
         }
         Verdict::fail(format!(
             "Server requires {}MB free disk, but only has {}MB",

@@ -7,7 +7,7 @@
 //! with unary plus first (`"1.5"` → `1.50`, `"abc"` → `NaN`). A server without an
 //! `overprovision_ratios` object (the original throws) reads as having no ratios.
 
-use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Shortfall};
 use crate::js::{to_fixed2, Js};
 
 pub struct HardFilterOverprovisionRatios;
@@ -19,6 +19,17 @@ fn canonical(ratio: &Js) -> Option<String> {
 
 fn show(c: &Option<String>) -> &str {
     c.as_deref().unwrap_or("null")
+}
+
+/// `<resource>_ratio`, the name of a ratio in explained answers.
+fn ratio_resource(resource: &str) -> &'static str {
+    match resource {
+        "cpu" => "cpu_ratio",
+        "ram" => "ram_ratio",
+        "disk" => "disk_ratio",
+        "io" => "io_ratio",
+        _ => "net_ratio",
+    }
 }
 
 static DECLARATION: Declaration = Declaration::new(
@@ -76,6 +87,15 @@ impl Plugin for HardFilterOverprovisionRatios {
                 let has = canonical(ratio);
                 if has == wanted {
                     return true;
+                }
+                if req.explaining() {
+                    // The ratio asked for against the server's (0 for none).
+                    let needed = wanted_num.unwrap_or(0.0);
+                    let available = if ratio.truthy() { ratio.num() } else { 0.0 };
+                    if needed.is_finite() && available.is_finite() {
+                        let resource = ratio_resource(resource);
+                        req.note_shortfall(id, Shortfall { resource, unit: "ratio", needed, available });
+                    }
                 }
                 let msg =
                     format!("Package over-provision ratio of {} does not match server's {}", show(&wanted), show(&has));

@@ -16,40 +16,43 @@
 
 use indexmap::IndexMap;
 
-use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::engine::{keep_passing, Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Verdict};
 use crate::js::Js;
 use crate::model::Shape;
 
 pub struct HardFilterVlans;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-vlans", Kind::HardFilter, "Servers supporting required NIC Tags");
+    Declaration::new("hard-filter-vlans", Kind::HardFilter, "Servers supporting required NIC Tags")
+        .writes(&[Data::NicNames]);
 
-/// The NIC tag groups requested (one of each group must be on the server), and their keys.
-#[derive(Default)]
-pub struct Wanted {
-    groups: Vec<Vec<Js>>,
-    keys: Vec<Vec<String>>,
-}
-
-impl ServerFilter for HardFilterVlans {
-    type Prepared = Wanted;
-    const PARALLEL: bool = true;
+impl Plugin for HardFilterVlans {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
-    fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Wanted>, PluginError> {
+    fn run(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        reasons: &mut Reasons,
+    ) -> Result<Vec<ServerId>, PluginError> {
         let Some(groups) = requested_groups(&req.vm.nic_tag_requirements, &req.vm.nic_tags)? else {
-            return Ok(PreFilter::Skip("No NIC Tag requirements to filter on".into()));
+            reasons.skip("No NIC Tag requirements to filter on");
+            return Ok(servers.to_vec());
         };
+        // The original indexed every server's tags first, writing each NIC's name into it
+        // as `interface`; the chosen server is answered with those names.
+        for &id in servers {
+            if req.server(id).sysinfo().network_interfaces.truthy() {
+                req.name_nics(id);
+            }
+        }
         let keys = tag_keys(&groups);
-        Ok(PreFilter::Run(Wanted { groups, keys }))
-    }
-    fn filter(&self, req: &Request<'_>, wanted: &Wanted, id: ServerId) -> Verdict {
-        match check_server(req, id, &wanted.groups, &wanted.keys) {
+        let req = &*req;
+        Ok(keep_passing(req, servers, reasons, true, |id| match check_server(req, id, &groups, &keys) {
             None => Verdict::Keep,
             Some(why) => Verdict::fail(why),
-        }
+        }))
     }
 }
 
@@ -163,7 +166,6 @@ fn entries<T: crate::model::EmptyValue>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Plugin, Reasons};
     use crate::plugins::testing::{server, with, Fixture};
     use serde_json::{json, Value};
 

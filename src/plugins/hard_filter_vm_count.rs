@@ -3,7 +3,9 @@
 //! too. (The step name says "more VMs than limit"; it is the original's, kept verbatim.)
 //! A server without a `vms` object (the original throws) reads as having no VMs.
 
-use crate::engine::{Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::engine::{
+    Data, Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Shortfall, Verdict,
+};
 use crate::js::fmt_num;
 
 /// The default maximum number of VMs on one server.
@@ -30,6 +32,11 @@ impl ServerFilter for HardFilterVmCount {
         if (count as f64) < limit {
             return Verdict::Keep;
         }
+        // One more VM is needed below the limit: `limit - count` slots are left (≤ 0).
+        req.note_shortfall(
+            id,
+            Shortfall { resource: "vms", unit: "VMs", needed: 1.0, available: limit - count as f64 },
+        );
         Verdict::fail(format!("Server has {count} VMs (limit is {})", fmt_num(limit)))
     }
 }

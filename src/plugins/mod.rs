@@ -6,6 +6,7 @@
 //! file, add it to `mod` and to [`built_in`]. `shared/` holds the domain logic several
 //! plugins use (unreserved resources, platforms, locality, affinity, scoring).
 
+pub mod custom_js;
 pub mod shared;
 
 mod calculate_affinity;

@@ -57,6 +57,11 @@ impl Plugin for ScoreCurrentPlatform {
         let raws: Vec<(ServerId, f64)> =
             servers.iter().zip(&stamps).map(|(&id, ms)| (id, ms.unwrap_or(oldest))).collect();
         let weight = req.defaults.weight_current_platform.num();
+        if req.explaining() {
+            for &id in servers {
+                req.note_raw(id, || req.server(id).current_platform.to_json());
+            }
+        }
         normalize(req, &raws, weight, reasons)?;
         Ok(servers.to_vec())
     }

@@ -46,6 +46,11 @@ impl Plugin for ScoreNextReboot {
             return Ok(servers.to_vec());
         }
         let mut buckets = buckets(req, servers);
+        if req.explaining() {
+            for &id in servers {
+                req.note_raw(id, || req.server(id).next_reboot.to_json());
+            }
+        }
         let weight = req.defaults.weight_next_reboot.num();
         if weight < 0.0 {
             buckets.reverse();

@@ -59,6 +59,11 @@ pub(crate) fn score_by_unreserved(
 ) -> Result<(), PluginError> {
     let read = |id: ServerId| req.state(id).unreserved.as_ref().map_or(f64::NAN, value);
     let mut order: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, read(id))).collect();
+    if req.explaining() {
+        for &(id, mib) in &order {
+            req.note_raw(id, || crate::js::num_to_json(mib));
+        }
+    }
     js_sort_by_scaled(&mut order, |a| a.1, weight);
     let order: Vec<ServerId> = order.into_iter().map(|(id, _)| id).collect();
     linear(req, &order, weight.abs(), reasons)

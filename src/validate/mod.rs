@@ -16,9 +16,9 @@ use crate::model::{AllocateBody, Server};
 pub use crate::model::schema::{is_platform, is_uuid, validate_server};
 pub use crate::model::FieldError;
 pub use payload::{
-    validate_affinity, validate_image, validate_locality, validate_nic_tag_requirements, validate_package,
-    validate_platform_limits, validate_ticket, validate_tickets, validate_traits, validate_vm_extensions,
-    validate_vm_payload,
+    validate_affinity, validate_image, validate_image_extensions, validate_locality, validate_nic_tag_requirements,
+    validate_package, validate_platform_limits, validate_ticket, validate_tickets, validate_traits,
+    validate_vm_extensions, validate_vm_payload,
 };
 
 /// Runs CNAPI's `/allocate` validations in order; the first failure is returned.
@@ -26,8 +26,9 @@ pub use payload::{
 /// `vm.volumes_from`, and a package's `min_platform`/`max_platform`/`traits` given as JSON
 /// text are replaced by the parsed value. Run it once per request.
 ///
-/// Order: image, package, VM payload, then dapi's VM checks (`brand`, `vcpus`), the NIC tag
-/// requirements, the NIC tags and the tickets.
+/// Order: image (then dapi's image sizes), package, VM payload, then dapi's VM checks
+/// (`brand`, `vcpus`, what the plugins assert), the NIC tag requirements, the NIC tags and
+/// the tickets.
 pub fn validate_allocate(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
     validate_server_list(&body.servers)?;
     match first_failure(body) {
@@ -58,7 +59,7 @@ pub fn validate_server_list(servers: &[Server]) -> Result<(), FieldError> {
 }
 
 fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> {
-    if let Some(msg) = validate_image(&body.image) {
+    if let Some(msg) = validate_image(&body.image).or_else(|| validate_image_extensions(&body.image)) {
         return Some(("image", msg));
     }
     if let Some(msg) = body.package.as_mut().and_then(validate_package) {

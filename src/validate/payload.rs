@@ -5,7 +5,7 @@
 //! The request objects arrive typed, so "is not a hash" of the VM, image and package cannot
 //! happen here (the body reader already refused non-objects).
 
-use crate::js::regex::js_regex;
+use crate::js::regex::{self, RegexError};
 use crate::js::{string_to_number, Js};
 use crate::model::affinity::Affinity;
 use crate::model::{Image, Package, Ticket, VmPayload};
@@ -51,11 +51,11 @@ pub fn validate_affinity(affinity: &Js) -> Option<String> {
     // failing the allocation step that would reach it.
     for rule in rules {
         let Ok(affinity) = Affinity::from_js(rule) else { continue };
-        for source in affinity.patterns() {
-            if let Err(e) = js_regex(&source) {
+        for (source, dialect) in affinity.patterns() {
+            if let Err(e) = regex::compile(&source, dialect) {
                 let why = match e {
-                    regex::Error::CompiledTooBig(_) => "is too large".to_string(),
-                    _ => "is not a valid regular expression".to_string(),
+                    RegexError::TooBig => "is too large".to_string(),
+                    RegexError::Invalid(_) => "is not a valid regular expression".to_string(),
                 };
                 return Some(format!(r#""affinity.value" {} {why}"#, Js::str(&affinity.value).stringify()));
             }
@@ -135,6 +135,31 @@ pub fn validate_image(image: &Image) -> Option<String> {
             }
         }
         // The original's min_ram/max_ram type checks read camel-case keys and never fire.
+    }
+    None
+}
+
+/// dapi's own image checks, after [`validate_image`]: the sizes the original meant to
+/// type-check (its `min_ram`/`max_ram` checks read camel-case keys and never fired, and
+/// `image_size` was checked only when truthy) must be non-negative numbers when present
+/// (`null` counts as absent).
+pub fn validate_image_extensions(image: &Image) -> Option<String> {
+    let requirements = match &image.requirements {
+        r @ Js::Obj(_) => r,
+        _ => &Js::Undefined,
+    };
+    let sizes = [
+        ("image_size", &image.image_size_mib),
+        ("requirements.min_ram", requirements.get("min_ram")),
+        ("requirements.max_ram", requirements.get("max_ram")),
+    ];
+    for (name, value) in sizes {
+        match value {
+            Js::Undefined | Js::Null => {}
+            Js::Num(n) if *n < 0.0 => return Some(format!(r#""image.{name}" must not be negative"#)),
+            Js::Num(_) => {}
+            _ => return Some(format!(r#""image.{name}" is not a number"#)),
+        }
     }
     None
 }
@@ -290,6 +315,26 @@ pub fn validate_vm_extensions(vm: &VmPayload) -> Option<String> {
     }
     if !matches!(vm.vcpus, Js::Undefined | Js::Null | Js::Num(_)) {
         return Some(r#"VM "vcpus" is not a number"#.into());
+    }
+    // CNAPI checks these only when truthy; the plugins then assert what CNAPI let through
+    // (and the original crashed): a present `affinity` must be an array, a present non-null
+    // `locality` an object, the owner a uuid *string* (an array passes CNAPI's regex test),
+    // and `near`/`far` entries strings.
+    if !vm.affinity.is_undefined() && !vm.affinity.truthy() {
+        return Some(r#"VM "affinity" is not an array"#.into());
+    }
+    if !matches!(vm.locality, Js::Undefined | Js::Null) && !vm.locality.truthy() {
+        return Some(r#"VM "locality" is has wrong type"#.into());
+    }
+    if vm.owner_uuid.as_str().is_none() {
+        return Some(r#"VM "owner_uuid" is not a valid UUID"#.into());
+    }
+    for name in ["near", "far"] {
+        if let Js::Arr(items) = vm.locality.get(name) {
+            if items.iter().any(|u| u.as_str().is_none()) {
+                return Some(format!(r#"VM "locality.{name}" contains an malformed UUID"#));
+            }
+        }
     }
     // Negative sizes are nonsense the original let through (they fit anywhere).
     for (name, value) in

@@ -104,14 +104,12 @@ fn the_base_server_and_lax_values_are_valid() {
         (&["overprovision_ratios"], json!([1, 2])),
         (&["overprovision_ratios"], json!(null)),
         (&["overprovision_ratios"], json!({"__x": 1, "constructor": 2, "toString": 3})),
-        (&["sysinfo"], json!(null)),
-        (&["sysinfo"], json!([])),
         (&["traits"], json!({"ssd": 5})),
         (&["traits"], json!(["x"])),
         (&["traits"], json!(null)),
         (&["vms"], json!([])),
         (&["vms"], json!(null)),
-        (&["vms"], json!({"foo": null})),
+        (&["vms"], json!({"00000000-0000-0000-0000-0000000000ff": null})),
         (&["vms", VM_KEY, "quota"], json!(1.5)),
         (&["vms", VM_KEY, "state"], json!("not-a-real-state")),
         (&["vms", VM_KEY, "max_physical_memory"], json!("0")),
@@ -123,6 +121,15 @@ fn the_base_server_and_lax_values_are_valid() {
     for (path, value) in &lax {
         let v = set(base_server(), path, Some(value.clone()));
         assert_eq!(server_message(v), None, "{path:?} = {value}");
+    }
+    // dapi's checks after the original's schema: what the original crashed on.
+    let dapi = [
+        (&["sysinfo"][..], json!(null), r#"property "sysinfo": null - null value found, but a object is required"#),
+        (&["sysinfo"], json!([]), r#"property "sysinfo":  - array value found, but a object is required"#),
+        (&["vms"], json!({"foo": null}), r#"property "vms.foo": key is not a UUID"#),
+    ];
+    for (path, value, message) in dapi {
+        assert_eq!(server_message(set(base_server(), path, Some(value.clone()))).as_deref(), Some(message));
     }
     for path in [&["overprovision_ratios"][..], &["traits"], &["vms"], &["sysinfo", "SDC Version"]] {
         assert_eq!(server_message(set(base_server(), path, None)), None, "without {path:?}");

@@ -48,6 +48,10 @@ pub struct Defaults {
     pub seed: Option<u64>,
     #[serde(skip)]
     pub owner_filters: OwnerFilters,
+    /// The defaults as one JSON object (CNAPI's values filling the gaps), for plugins that
+    /// read them whole (custom plugins get them as `opts.defaults`).
+    #[serde(skip)]
+    pub json: serde_json::Value,
 }
 
 /// CNAPI's hard-coded defaults, applied to keys the config leaves out.
@@ -82,7 +86,8 @@ impl Defaults {
                 obj.entry(key).or_insert(val);
             }
         }
-        let mut defaults: Defaults = serde_json::from_value(merged).map_err(|e| format!("Defaults: {e}"))?;
+        let mut defaults: Defaults = serde_json::from_value(merged.clone()).map_err(|e| format!("Defaults: {e}"))?;
+        defaults.json = merged;
         defaults.owner_filters = OwnerFilters::compile(&defaults.filter_owner_server)?;
         Ok(defaults)
     }

@@ -37,7 +37,9 @@ const INHERITED: [&str; 7] =
     ["constructor", "hasOwnProperty", "isPrototypeOf", "propertyIsEnumerable", "toLocaleString", "toString", "valueOf"];
 
 /// The dapi server schema; `None` when valid, else the first violation's message, e.g.
-/// `property "memory_total_bytes": is missing and it is required`.
+/// `property "memory_total_bytes": is missing and it is required`. After the original's
+/// schema come dapi's checks of what the original crashed on: VM keys that are not uuids,
+/// and a `sysinfo` that is `null` or an array.
 pub fn validate_server(s: &Server) -> Option<String> {
     let top: [(&str, &Js, Leaf); 14] = [
         ("uuid", &s.uuid, UUID),
@@ -82,13 +84,40 @@ pub fn validate_server(s: &Server) -> Option<String> {
     if let Err(reason) = schema::object(&s.traits, false) {
         return Some(property("traits", &reason));
     }
-    match schema::shape(&s.vms, false) {
-        Err(reason) => Some(property("vms", &reason)),
-        // Plain VMs passed these checks when they were read.
-        Ok(Some(vms)) if vms.all_plain() => None,
-        Ok(Some(vms)) => first_of_entries_in_js_order(vms.iter(), validate_vm),
+    let vms = match schema::shape(&s.vms, false) {
+        Err(reason) => return Some(property("vms", &reason)),
+        Ok(Some(vms)) => Some(vms),
         Ok(None) => None,
+    };
+    if let Some(msg) = vms.and_then(plain_and_keys) {
+        return Some(msg);
     }
+    // dapi, after the original's schema: its lax `object` type lets `null` and arrays
+    // through as sysinfo, on which the original's filters crashed; nothing can be known of
+    // such a server.
+    match &s.sysinfo {
+        Shape::Other(Js::Null) => Some(property("sysinfo", "null - null value found, but a object is required")),
+        Shape::Other(v @ Js::Arr(_)) => {
+            Some(property("sysinfo", &schema::type_error_of(&v.to_js_string(), "array", "object")))
+        }
+        _ => None,
+    }
+}
+
+/// The inline VMs' checks, then dapi's check of their keys.
+fn plain_and_keys(vms: &crate::model::VmMap<'_>) -> Option<String> {
+    // Plain VMs passed these checks when they were read.
+    if !vms.all_plain() {
+        if let Some(msg) = first_of_entries_in_js_order(vms.iter(), validate_vm) {
+            return Some(msg);
+        }
+    }
+    // dapi, after the original's schema: VMs are keyed by uuid. Affinity rules resolve to
+    // these keys and the locality filters assert uuids, so a server keyed otherwise leaves
+    // here rather than failing the request later.
+    first_of_entries_in_js_order(vms.iter(), |key, _| {
+        (!super::patterns::is_uuid(key)).then(|| property(&format!("vms.{key}"), "key is not a UUID"))
+    })
 }
 
 fn overprovision_ratios(ratios: &JsObject) -> Option<String> {

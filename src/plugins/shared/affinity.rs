@@ -20,16 +20,15 @@
 //!   exact alias, else a unique Docker-id prefix (`exact`; several prefixes is the error
 //!   `Multiple matches: VALUE=[...]`).
 //!
-//! A regex is the affinity's value with its first and last characters removed, in
-//! JavaScript syntax; it is translated to the `regex` crate's syntax and compiled with tight
-//! size limits. A value that does not compile (which threw in the original) is reported as
-//! an affinity error, never a panic. So is a `null` tag value met by a regex affinity (the
+//! A regex is the affinity's value with its first and last characters removed, in XRegExp's
+//! dialect (an instance glob becomes a native RegExp), compiled by [`crate::js::regex`] with
+//! tight size and backtracking limits. A value that does not compile (which threw in the
+//! original) is reported as an affinity error, never a panic, and so is a match past the
+//! backtracking limit (where the original would have hung). So is a `null` tag value met by a regex affinity (the
 //! original threw reading it).
 
-use regex::Regex;
-
 use crate::engine::vm_index::{ListQuery, Predicate, VmIndex};
-use crate::js::regex::js_regex;
+use crate::js::regex::{self, Dialect, JsRegex, TooManySteps};
 use crate::js::{strict_eq, Js, JsObject};
 pub use crate::model::affinity::Affinity;
 
@@ -109,6 +108,15 @@ struct Resolver<'a> {
 
 const ALL_ACTIVE_FIELDS: &[&str] = &["uuid", "alias", "internal_metadata", "docker"];
 
+/// `ListVms` as VMAPI would answer it: VMAPI knows VMs by uuid, so a VM sent under another
+/// key (its server leaves at the validity step) is not listed and cannot become a
+/// locality hint.
+fn listed(index: &VmIndex, q: &ListQuery<'_>) -> Vec<Js> {
+    let mut vms = index.list(q);
+    vms.retain(|vm| vm.get("uuid").as_str().is_some_and(super::locality::is_uuid));
+    vms
+}
+
 fn uuids_of(vms: &[Js]) -> Vec<String> {
     vms.iter().map(|vm| vm.get("uuid").to_js_string()).collect()
 }
@@ -138,7 +146,7 @@ impl Resolver<'_> {
             predicate: Some(predicate),
             fields: &["uuid", "alias", "tags"],
         };
-        self.index.list(&q)
+        listed(self.index, &q)
     }
 
     fn by_tag_glob(&self, aff: &Affinity, value: &str) -> Vec<String> {
@@ -147,7 +155,7 @@ impl Resolver<'_> {
 
     fn by_tag_regex(&self, aff: &Affinity) -> Result<Vec<String>, String> {
         let tagged = self.tag_query(aff, "*");
-        let re = compile(aff, &aff.regex_source())?;
+        let re = compile(aff, &aff.regex_source(), Dialect::XRegExp)?;
         let label_key = format!("docker:label:{}", aff.key);
         let mut uuids = Vec::new();
         for vm in &tagged {
@@ -162,8 +170,8 @@ impl Resolver<'_> {
                 ));
             }
             let label = tags.get(&label_key);
-            let hit = |v: &Js| !v.is_undefined() && re.is_match(&v.to_js_string());
-            if hit(tag) || hit(label) {
+            let hit = |v: &Js| Ok::<_, TooManySteps>(!v.is_undefined() && re.is_match(&v.to_js_string())?);
+            if hit(tag).map_err(|_| too_many_steps(aff))? || hit(label).map_err(|_| too_many_steps(aff))? {
                 uuids.push(vm.get("uuid").to_js_string());
             }
         }
@@ -191,7 +199,7 @@ impl Resolver<'_> {
                 predicate: Some(Predicate::eq("alias", aff.value.as_str())),
                 fields: &["uuid", "alias"],
             };
-            let found = self.index.list(&q);
+            let found = listed(self.index, &q);
             if !found.is_empty() {
                 return Ok(uuids_of(&found));
             }
@@ -203,19 +211,24 @@ impl Resolver<'_> {
     fn all_active(&mut self) -> &[Js] {
         let (owner, index) = (self.owner, self.index);
         self.all_active.get_or_insert_with(|| {
-            index.list(&ListQuery { owner, active: true, predicate: None, fields: ALL_ACTIVE_FIELDS })
+            listed(index, &ListQuery { owner, active: true, predicate: None, fields: ALL_ACTIVE_FIELDS })
         })
     }
 
     fn full_search(&mut self, aff: &Affinity) -> Result<Vec<Js>, String> {
         match aff.value_type.as_str() {
-            "re" => {
-                let re = compile(aff, &aff.regex_source())?;
-                Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
-            }
-            "glob" => {
-                let re = compile(aff, &aff.glob_source())?;
-                Ok(self.all_active().iter().filter(|vm| alias_matches(vm, &re)).cloned().collect())
+            "re" | "glob" => {
+                let re = match aff.value_type.as_str() {
+                    "re" => compile(aff, &aff.regex_source(), Dialect::XRegExp)?,
+                    _ => compile(aff, &aff.glob_source(), Dialect::Native)?,
+                };
+                let mut found = Vec::new();
+                for vm in self.all_active() {
+                    if alias_matches(vm, &re).map_err(|_| too_many_steps(aff))? {
+                        found.push(vm.clone());
+                    }
+                }
+                Ok(found)
             }
             "exact" => {
                 let value = Js::str(&aff.value);
@@ -240,9 +253,14 @@ impl Resolver<'_> {
     }
 }
 
-fn alias_matches(vm: &Js, re: &Regex) -> bool {
+fn alias_matches(vm: &Js, re: &JsRegex) -> Result<bool, TooManySteps> {
     let alias = vm.get("alias");
-    alias.truthy() && re.is_match(&alias.to_js_string())
+    Ok(alias.truthy() && re.is_match(&alias.to_js_string())?)
+}
+
+/// A match past the backtracking limit (where the original would have hung).
+fn too_many_steps(aff: &Affinity) -> String {
+    format!("Regular expression in affinity \"{}\" needs too many steps to match", aff.expr())
 }
 
 /// A full lowercase uuid (`instance==<uuid>` is used without any look-up).
@@ -260,9 +278,10 @@ fn is_docker_id(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Compiles a JavaScript regex source for an affinity; failure is the affinity's error.
-fn compile(aff: &Affinity, source: &str) -> Result<Regex, String> {
-    js_regex(source).map_err(|_| format!("Invalid regular expression: /{source}/ in affinity \"{}\"", aff.expr()))
+/// Compiles an affinity's regex in the original's dialect; failure is the affinity's error.
+fn compile(aff: &Affinity, source: &str, dialect: Dialect) -> Result<JsRegex, String> {
+    regex::compile(source, dialect)
+        .map_err(|_| format!("Invalid regular expression: /{source}/ in affinity \"{}\"", aff.expr()))
 }
 
 #[cfg(test)]
@@ -293,6 +312,16 @@ mod tests {
 
     fn loc(text: &str) -> Result<Option<Js>, String> {
         Ok(Some(serde_json::from_str(text).expect("locality")))
+    }
+
+    #[test]
+    fn vms_not_keyed_by_uuid_are_never_hints() {
+        let idx =
+            index(json!({"web1": {"owner_uuid": OWNER, "alias": "web1", "state": "running", "tags": {"role": "web"}}}));
+        assert_eq!(run(&idx, &[aff("instance", "!=", "web1", "exact", false)]), Ok(None));
+        assert_eq!(run(&idx, &[aff("role", "!=", "web", "exact", false)]), Ok(None));
+        assert_eq!(run(&idx, &[aff("role", "!=", "/w/", "re", false)]), Ok(None));
+        assert!(run(&idx, &[aff("instance", "==", "web*", "glob", false)]).is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! package ratio for the resource, compare the request with each server's unreserved amount;
 //! without one, refuse servers that overprovision the resource (unless there is no package).
 
-use crate::engine::{Request, ServerId, Verdict};
+use crate::engine::{Request, ServerId, Shortfall, Verdict};
 use crate::js::{js_ge, Js};
 
 /// One of the three resources `calculate-server-unreserved` accounts for.
@@ -33,6 +33,15 @@ impl Resource {
     }
 
     /// The server's unreserved amount (`undefined` before it is calculated).
+    /// The resource's name and unit in explained answers.
+    fn explained(self) -> (&'static str, &'static str) {
+        match self {
+            Resource::Cpu => ("cpu", "CPU units"),
+            Resource::Ram => ("ram", "MiB"),
+            Resource::Disk => ("disk", "MiB"),
+        }
+    }
+
     fn spare(self, req: &Request<'_>, id: ServerId) -> Js {
         let [cpu, ram, disk] = req.unreserved_js(id);
         match self {
@@ -80,6 +89,13 @@ impl Resource {
                 let spare = self.spare(req, id);
                 if js_ge(&spare, requested) {
                     return Verdict::Keep;
+                }
+                if req.explaining() {
+                    let (resource, unit) = self.explained();
+                    let (needed, available) = (requested.num(), spare.num());
+                    if needed.is_finite() && available.is_finite() {
+                        req.note_shortfall(id, Shortfall { resource, unit, needed, available });
+                    }
                 }
                 Verdict::fail(message(&requested.to_js_string(), &spare.to_js_string()))
             }

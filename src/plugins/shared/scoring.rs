@@ -46,10 +46,12 @@ pub fn weight_or_spread(
     None
 }
 
-/// Adds `delta` to the server's score and records the reason.
-fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons) {
+/// Adds `delta` to the server's score and records the reason (and, when explaining, the
+/// value the server was placed by and the weight).
+fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons, raw: f64, weight: f64) {
     let score = req.state(id).score + delta;
     req.set_score(id, score);
+    req.note_score(id, raw, weight, delta);
     reasons.set(req.key(id), Msg::Score { delta, total: score });
 }
 
@@ -74,13 +76,13 @@ pub fn linear(
     match order.len() {
         0 => {}
         // A single server is not checked for a NaN score, as in the original.
-        1 => bump(req, order[0], weight, reasons),
+        1 => bump(req, order[0], weight, reasons, 0.0, weight),
         n => {
             check_scores(req, order.iter().copied())?;
             let step = 1.0 / (n - 1) as f64;
             for (i, &id) in order.iter().enumerate() {
                 let delta = ((n - 1 - i) as f64 * step) * weight;
-                bump(req, id, delta, reasons);
+                bump(req, id, delta, reasons, i as f64, weight);
             }
         }
     }
@@ -108,7 +110,7 @@ pub fn linear_buckets(
             delta = weight;
         }
         for &id in bucket {
-            bump(req, id, delta, reasons);
+            bump(req, id, delta, reasons, i as f64, weight);
         }
     }
     Ok(buckets.concat())
@@ -140,7 +142,7 @@ pub fn normalize(
             let distance = if weight > 0.0 { raw - min } else { max - raw };
             distance * scale
         };
-        bump(req, id, delta, reasons);
+        bump(req, id, delta, reasons, raw, weight);
     }
     Ok(())
 }

@@ -1,0 +1,59 @@
+//! What the fuzz targets share: the production engine, and the properties every request
+//! must keep on its way through dapi (see README.md here for the targets).
+
+use std::sync::OnceLock;
+
+use dapi::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use dapi::config::Limits;
+use dapi::engine::{Engine, Expr, Kind};
+use serde_json::Value;
+
+/// The engine on the built-in (production) config.
+pub fn production() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let config: Value = serde_json::from_str(dapi::config::DEFAULT_CONFIG).expect("built-in config");
+        Engine::from_config(&config, &dapi::registry::built_in()).expect("built-in engine")
+    })
+}
+
+/// Small limits so that one input cannot ask for minutes of work.
+pub fn limits() -> Limits {
+    Limits { max_servers: 64, max_vms_per_server: 64, ..Limits::default() }
+}
+
+/// Hard filters at the top level of the chain: a chosen server passed each of them.
+fn top_level_hard_filters(chain: &Expr) -> Vec<&'static str> {
+    match chain {
+        Expr::Pipe(items) => items
+            .iter()
+            .filter_map(|e| match e {
+                Expr::Plugin(p) if p.declaration().kind == Kind::HardFilter => Some(p.declaration().step),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Runs a body through the whole request path (parse, limits, validation, engine, answer)
+/// and checks what must hold for any input: no panic (the fuzzer sees those), no internal
+/// error on a request that passed validation, an answer that is JSON, and a chosen server
+/// that survived every top-level hard filter.
+pub fn check_request_path(engine: &Engine, body: &[u8]) {
+    let options = AnswerOptions { no_fit: NoFitBody::NullServer, ..AnswerOptions::default() };
+    let answer = match answer::allocate(engine, &limits(), body, options) {
+        Ok(answer) => answer,
+        Err(AnswerError::Internal(message)) => panic!("internal error on a caller's input: {message}"),
+        Err(_) => return,
+    };
+    let answer: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
+    let Some(uuid) = answer["server"].get("uuid") else { return };
+    let steps = answer["steps"].as_array().expect("steps");
+    for name in top_level_hard_filters(engine.chain()) {
+        for step in steps.iter().filter(|s| s["step"] == name) {
+            let remaining = step["remaining"].as_array().expect("remaining");
+            assert!(remaining.contains(uuid), "chosen {uuid} was removed by {name}");
+        }
+    }
+}

@@ -1,0 +1,533 @@
+//! How many more VMs of a package fit: `POST /capacity` with `packages`, `dapi capacity
+//! --package`.
+//!
+//! Analytic: the configured chain's hard filters that do not depend on where the VM goes
+//! (setup, running, reserved, headnode, traits, platform, NIC tags, ratios, ...) plus the
+//! transforms that compute unreserved resources run once per package; then for each server
+//! left, each dimension counts how many VMs fit one after the other, as the allocator would
+//! see them: a VM needs what `hard-filter-min-{ram,cpu,disk}` ask for and, once placed (as
+//! an open provisioning ticket), takes what `calculate-server-unreserved` subtracts for it.
+//! The count is the least over RAM, CPU, disk and the VM-count limit.
+//!
+//! Exact (`exact: true`): the whole chain is run again and again, each chosen server getting
+//! a ticket for the VM, until nothing fits; spreading, locality and scorers are honoured.
+
+use serde_json::{json, Map, Value};
+
+use crate::answer::AnswerError;
+use crate::engine::context::PackageState;
+use crate::engine::{Engine, Expr, Request};
+use crate::js::{num_to_json, Js};
+use crate::model::{Image, Package, Server, Ticket, VmPayload};
+use crate::plugins::shared::unreserved::{is_hvm_brand, ratio_or_one, MIB, POOL_USABLE_RATIO};
+use crate::validate::FieldError;
+
+/// Chain plugins whose verdict does not change as VMs of the same package are placed.
+const PLACEMENT_INDEPENDENT: &[&str] = &[
+    "hard-filter-setup",
+    "hard-filter-running",
+    "hard-filter-invalid-servers",
+    "hard-filter-os",
+    "hard-filter-virtual-servers",
+    "hard-filter-zpool-encryption",
+    "hard-filter-reserved",
+    "hard-filter-min-free-disk",
+    "hard-filter-vlans",
+    "hard-filter-platform-versions",
+    "hard-filter-feature-min-platform",
+    "hard-filter-traits",
+    "hard-filter-headnode",
+    "override-overprovisioning",
+    "hard-filter-overprovision-ratios",
+    "load-server-vms",
+    "calculate-ticketed-vms",
+    "hard-filter-capness",
+    "hard-filter-hvm",
+    "hard-filter-reservoir",
+    "calculate-server-unreserved",
+];
+
+/// `vm-count`'s default limit, when the defaults set none.
+const DEFAULT_VM_LIMIT: f64 = 224.0;
+const FUDGE_MIB: f64 = 10.0 * 1024.0;
+const KVM_EXTRA_MIB: f64 = 10.0 * 1024.0;
+const KVM_MEM_OVERHEAD_MIB: f64 = 1024.0;
+const BHYVE_MEM_OVERHEAD_MIB: f64 = 1024.0 + 256.0;
+/// Exact mode stops after this many placements (per package).
+const EXACT_MAX: usize = 100_000;
+
+/// The packages part of a capacity request.
+#[derive(Debug, Default)]
+pub struct PackageQuery {
+    pub packages: Vec<(Package, Value)>,
+    pub vm: Value,
+    pub image: Value,
+    pub exact: bool,
+}
+
+/// Reads `packages`, `vm`, `image` and `exact` from a capacity body; `None` when it has no
+/// `packages`. Each bad entry is a 422 naming its field.
+pub fn package_query(body: &[u8]) -> Result<Option<PackageQuery>, Vec<FieldError>> {
+    let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(body) else { return Ok(None) };
+    let Some(packages) = top.get("packages") else { return Ok(None) };
+    let mut errors = Vec::new();
+    let Value::Array(list) = packages else {
+        return Err(vec![FieldError::invalid("packages", "must be an array of package objects")]);
+    };
+    if list.is_empty() {
+        errors.push(FieldError::invalid("packages", "must name at least one package"));
+    }
+    let mut parsed = Vec::new();
+    for (i, p) in list.iter().enumerate() {
+        let Value::Object(fields) = p else {
+            errors.push(FieldError::invalid(format!("packages[{i}]"), "must be a package object"));
+            continue;
+        };
+        let ram = fields.get("max_physical_memory");
+        if !ram.is_some_and(|r| r.as_f64().is_some_and(|r| r > 0.0)) {
+            errors.push(FieldError::invalid(
+                format!("packages[{i}].max_physical_memory"),
+                "must be a number of MiB above 0",
+            ));
+        }
+        for (name, min) in [("quota", 0.0), ("cpu_cap", 0.0)] {
+            match fields.get(name) {
+                None | Some(Value::Null) => {}
+                Some(v) if v.as_f64().is_some_and(|x| x >= min) => {}
+                Some(_) => errors.push(FieldError::invalid(format!("packages[{i}].{name}"), "must be a number ≥ 0")),
+            }
+        }
+        for (name, v) in fields.iter().filter(|(k, _)| k.starts_with("overprovision_")) {
+            let ok = match v {
+                Value::Null => true,
+                Value::Number(n) => n.as_f64().is_some_and(|x| x > 0.0),
+                Value::String(s) => s.parse::<f64>().is_ok_and(|x| x > 0.0),
+                _ => false,
+            };
+            if !ok {
+                errors.push(FieldError::invalid(format!("packages[{i}].{name}"), "must be a ratio above 0"));
+            }
+        }
+        match serde_json::from_value::<Package>(p.clone()) {
+            Ok(package) => parsed.push((package, p.clone())),
+            Err(e) => errors.push(FieldError::invalid(format!("packages[{i}]"), format!("is not a package: {e}"))),
+        }
+    }
+    let vm = top.get("vm").cloned().unwrap_or_else(|| json!({}));
+    let image = top.get("image").or_else(|| top.get("img")).cloned().unwrap_or_else(|| json!({}));
+    if !vm.is_object() {
+        errors.push(FieldError::invalid("vm", "must be an object (the VM template: brand, owner_uuid, traits, ...)"));
+    }
+    if !image.is_object() {
+        errors.push(FieldError::invalid("image", "must be an object"));
+    }
+    let exact = match top.get("exact") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            errors.push(FieldError::invalid("exact", "must be true or false"));
+            false
+        }
+    };
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Some(PackageQuery { packages: parsed, vm, image, exact }))
+}
+
+/// The VM of a package: the template with the package's RAM, disk and CPU cap.
+fn vm_of(template: &Value, package: &Value) -> Value {
+    let mut vm = template.as_object().cloned().unwrap_or_default();
+    if let Some(ram) = package.get("max_physical_memory") {
+        vm.insert("ram".into(), ram.clone());
+    }
+    if let Some(quota) = package.get("quota").and_then(Value::as_f64) {
+        vm.insert("quota".into(), num_to_json(quota / 1024.0));
+    }
+    if let Some(cap) = package.get("cpu_cap").filter(|c| !c.is_null()) {
+        vm.insert("cpu_cap".into(), cap.clone());
+    }
+    vm.entry("brand").or_insert_with(|| json!("joyent"));
+    // Exact mode runs allocations, which validate these; any uuid will do.
+    vm.entry("vm_uuid").or_insert_with(|| json!("00000000-0000-4000-8000-000000000000"));
+    vm.entry("owner_uuid").or_insert_with(|| json!("00000000-0000-4000-8000-000000000001"));
+    Value::Object(vm)
+}
+
+/// What one VM of the package needs on a server, and takes once placed.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    need: f64,
+    take: f64,
+}
+
+/// One server's count for a package.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slots {
+    pub slots: f64,
+    /// `ram`, `cpu`, `disk`, `vms`, or `<resource>_ratio` (the package gives none, the server
+    /// has one: nothing fits).
+    pub limiting: &'static str,
+    /// What is left of the other dimensions once `slots` VMs are placed (MiB, CPU units, MiB;
+    /// `None`: the dimension does not bound this package).
+    pub stranded: [Option<f64>; 3],
+}
+
+/// How many VMs fit one after the other on `spare`: each needs `need` free, takes `take`.
+fn fit(spare: f64, cost: Cost) -> f64 {
+    if spare.is_nan() || spare < cost.need {
+        return 0.0;
+    }
+    if cost.take <= 0.0 {
+        return f64::INFINITY;
+    }
+    ((spare - cost.need) / cost.take).floor() + 1.0
+}
+
+/// Counts package slots on each server of `servers` that passes the placement-independent
+/// part of the engine's chain. Returns the counts and the reasons of those left out.
+pub fn analytic(
+    engine: &Engine,
+    servers: &[Server<'_>],
+    package: &Package,
+    vm: &VmPayload,
+    image: &Image,
+) -> (Vec<(usize, Slots)>, Map<String, Value>) {
+    // Only the dimensions the configured chain checks bound the count.
+    let names: Vec<&str> = engine.chain().plugins().iter().map(|p| p.name()).collect();
+    let resources_on = !engine.defaults().filter_min_resources.switched_off();
+    let checks = |name: &str| names.contains(&name);
+    let (check_ram, check_cpu, check_disk, check_vms) = (
+        resources_on && checks("hard-filter-min-ram"),
+        resources_on && checks("hard-filter-min-cpu"),
+        resources_on && checks("hard-filter-min-disk"),
+        checks("hard-filter-vm-count"),
+    );
+    let chain: Vec<Expr> = engine
+        .chain()
+        .plugins()
+        .into_iter()
+        .filter(|p| PLACEMENT_INDEPENDENT.contains(&p.name()))
+        .map(|p| Expr::Plugin(p.clone()))
+        .collect();
+    let rng = rand::SeedableRng::seed_from_u64(0);
+    let mut req = Request::new(servers, vm, image, Some(package), &[], engine.defaults(), rng);
+    let mut steps = Vec::new();
+    // A plugin failure leaves no server counted (its step's reasons say why).
+    let survivors = Expr::Pipe(chain).run(&mut req, (0..servers.len()).collect(), &mut steps).unwrap_or_default();
+    // Why each server left out was: its step's reason, else the step's name.
+    let mut left_out = Map::new();
+    let mut alive: Vec<bool> = vec![true; servers.len()];
+    for step in &steps {
+        let mut kept = vec![false; servers.len()];
+        step.remaining.iter().for_each(|&id| kept[id] = true);
+        for (id, live) in alive.iter_mut().enumerate() {
+            if *live && !kept[id] {
+                *live = false;
+                let key = servers[id].reason_key();
+                let why = step.reasons.get(&key).map_or_else(|| step.name.to_string(), str::to_string);
+                left_out.insert(key, Value::String(why));
+            }
+        }
+    }
+    // The package's ratios as the chain left them (override-overprovisioning may set them).
+    let pkg = req.package.clone().unwrap_or_else(|| PackageState::massage(package));
+    let hvm = is_hvm_brand(&vm.brand);
+    let kvm = vm.brand.as_str() == Some("kvm");
+    let ram = package.max_physical_memory_mib.num();
+    let quota = package.quota_mib.num();
+    let quota = if quota.is_finite() { quota } else { 0.0 };
+    let cap = package.cpu_cap_pct.truthy().then(|| package.cpu_cap_pct.num());
+    let files_mib = image
+        .files
+        .as_arr()
+        .unwrap_or_default()
+        .iter()
+        .map(|f| f.get("size").num())
+        .filter(|n| n.is_finite())
+        .sum::<f64>()
+        / MIB;
+    let image_mib = if image.image_size_mib.num().is_finite() { image.image_size_mib.num() } else { 0.0 };
+    let limit = match engine.defaults().filter_vm_limit.num() {
+        l if l == 0.0 || l.is_nan() => DEFAULT_VM_LIMIT,
+        l => l,
+    };
+    let zvol_gib = if hvm { ((image_mib + quota) / 1024.0).ceil() } else { 0.0 };
+
+    let counts = survivors
+        .into_iter()
+        .filter_map(|id| {
+            let u = req.state(id).unreserved?;
+            let ratios = req.ratios(id);
+            let (rc, rr, rd) =
+                (ratio_or_one(ratios.get("cpu")), ratio_or_one(ratios.get("ram")), ratio_or_one(ratios.get("disk")));
+            let server = req.server(id);
+            // RAM: min-ram asks for the VM's RAM (over the package ratio unless HVM); a
+            // ticketed VM takes its RAM (plus the HVM overhead) over the server's ratio.
+            let ram_cost = pkg.overprovision_ram.truthy().then(|| Cost {
+                need: if hvm { ram } else { ram / pkg.overprovision_ram.num() },
+                take: match (hvm, kvm) {
+                    (true, true) => ram + KVM_MEM_OVERHEAD_MIB,
+                    (true, false) => ram + BHYVE_MEM_OVERHEAD_MIB,
+                    _ => ram / rr,
+                },
+            });
+            // CPU: only a capped package is checked; an uncapped VM zeroes the spare CPU,
+            // which nothing checks for an uncapped package.
+            let cpu_cost = match cap {
+                Some(cap) if pkg.overprovision_cpu.truthy() => {
+                    Some(Some(Cost { need: cap / pkg.overprovision_cpu.num(), take: cap / rc }))
+                }
+                Some(_) => None,
+                None => Some(None),
+            };
+            // Disk: min-disk asks for the quota (over the package ratio, rounded up) plus the
+            // image files and 10 GiB; a placed VM takes its quota over the server's ratio (HVM:
+            // its zvol, and for KVM 10 GiB more), unless the pool's free space is the
+            // smaller figure, which placing VMs does not change.
+            let pool_free =
+                ((server.disk_pool_size_bytes.num() * POOL_USABLE_RATIO - server.disk_pool_alloc_bytes.num()) / MIB)
+                    .floor();
+            let disk_cost = (quota > 0.0).then(|| {
+                pkg.overprovision_disk.truthy().then(|| {
+                    let need = if hvm { quota + image_mib } else { (quota / pkg.overprovision_disk.num()).ceil() }
+                        + files_mib.ceil()
+                        + FUDGE_MIB;
+                    let take = if u.disk_mib >= pool_free {
+                        0.0
+                    } else if kvm {
+                        quota / rd + zvol_gib * 1024.0 + KVM_EXTRA_MIB
+                    } else if hvm {
+                        (quota + zvol_gib * 1024.0) / rd
+                    } else {
+                        quota / rd
+                    };
+                    Cost { need, take }
+                })
+            });
+            let no_ratio = |key: &str| ratios.get(key).truthy();
+            let ram_cost = ram_cost.filter(|_| check_ram);
+            let cpu_cost = cpu_cost.filter(|_| check_cpu);
+            let disk_cost = disk_cost.filter(|_| check_disk);
+            let mut dims: Vec<(&'static str, f64)> = Vec::with_capacity(4);
+            match ram_cost {
+                Some(c) => dims.push(("ram", fit(u.ram_mib, c))),
+                None if check_ram && no_ratio("ram") => dims.push(("ram_ratio", 0.0)),
+                None => {}
+            }
+            match cpu_cost {
+                Some(Some(c)) => dims.push(("cpu", fit(u.cpu_pct, c))),
+                None if check_cpu && no_ratio("cpu") => dims.push(("cpu_ratio", 0.0)),
+                _ => {}
+            }
+            match disk_cost {
+                Some(Some(c)) => dims.push(("disk", fit(u.disk_mib, c))),
+                Some(None) if check_disk && no_ratio("disk") => dims.push(("disk_ratio", 0.0)),
+                _ => {}
+            }
+            if check_vms {
+                dims.push(("vms", (limit - req.vm_count(id) as f64).max(0.0).ceil()));
+            }
+            let (limiting, slots) =
+                dims.iter().copied().fold(("none", f64::INFINITY), |best, d| if d.1 < best.1 { d } else { best });
+            let left = |spare: f64, cost: Option<Cost>| cost.map(|c| (spare - slots * c.take).max(0.0));
+            let stranded = [
+                left(u.ram_mib, ram_cost),
+                left(u.cpu_pct, cpu_cost.flatten()),
+                left(u.disk_mib, disk_cost.flatten()).map(|d| if d.is_finite() { d } else { u.disk_mib }),
+            ];
+            Some((id, Slots { slots, limiting, stranded }))
+        })
+        .collect();
+    (counts, left_out)
+}
+
+/// Exact count: allocations one after the other with the whole chain, each placing a VM
+/// (as an open provisioning ticket) on the chosen server, until none fits. Per server.
+pub fn exact(
+    engine: &Engine,
+    raw_servers: &[&str],
+    vm: &Value,
+    image: &Value,
+    package: &Value,
+) -> Result<Vec<usize>, AnswerError> {
+    let mut text = String::from("{\"servers\":[");
+    for (i, raw) in raw_servers.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(raw);
+    }
+    let rest = json!({"vm": vm, "image": image, "package": package, "seed": 1});
+    text.push_str("],");
+    let rest = rest.to_string();
+    text.push_str(&rest[1..]);
+    let mut body = crate::wire::parse_allocate_body(text.as_bytes())?;
+    crate::validate::validate_allocate(&mut body)?;
+    let mut counts = vec![0usize; body.servers.len()];
+    let brand = vm.get("brand").cloned().unwrap_or(Value::Null);
+    let mut extra = json!({
+        "owner_uuid": vm.get("owner_uuid").cloned().unwrap_or(Value::Null),
+        "max_physical_memory": package.get("max_physical_memory").cloned().unwrap_or(Value::Null),
+        "cpu_cap": package.get("cpu_cap").cloned().unwrap_or(Value::Null),
+        "quota": package.get("quota").and_then(Value::as_f64).map_or(Value::Null, |q| num_to_json(q / 1024.0)),
+        "brand": brand,
+    });
+    if is_hvm_brand(brand.as_str().map(Js::str).as_ref().unwrap_or(&Js::Undefined)) {
+        let image_mib = image.get("image_size").and_then(Value::as_f64).unwrap_or(0.0);
+        let quota = package.get("quota").and_then(Value::as_f64).unwrap_or(0.0);
+        extra["disks"] = json!([{ "size": image_mib + quota }]);
+    }
+    let extra = Js::from_json(&extra);
+    for n in 0..EXACT_MAX {
+        let allocation = engine.allocate(&body).map_err(|e| AnswerError::Internal(e.to_string()))?;
+        let Some(id) = allocation.chosen else { break };
+        counts[id] += 1;
+        body.tickets.push(Ticket {
+            uuid: Js::str(&format!("capacity-ticket-{n}")),
+            id: Js::str(&format!("capacity-vm-{n}")),
+            server_uuid: body.servers[id].uuid.clone(),
+            scope: Js::str("vm"),
+            action: Js::str("provision"),
+            status: Js::str("active"),
+            extra: extra.clone(),
+        });
+    }
+    Ok(counts)
+}
+
+/// Servers in a totals group: count, free and total (CPU units, MiB, MiB), why left out.
+type Group = (usize, [f64; 3], [f64; 3], Map<String, Value>);
+
+/// The capacity.js-style totals: free and total CPU, RAM and disk over usable servers, and
+/// apart over the reserved and unusable ones, with their counts and why.
+pub fn totals(engine: &Engine, servers: &[Server<'_>]) -> Value {
+    let capacity = engine.capacity(servers).ok();
+    let mut free = vec![None; servers.len()];
+    if let Some(c) = &capacity {
+        for (id, u) in &c.servers {
+            free[*id] = Some(*u);
+        }
+    }
+    let mut groups: [Group; 3] = Default::default();
+    for (id, s) in servers.iter().enumerate() {
+        let cores = s.sysinfo().cpu_total_cores.num();
+        let total = [
+            if cores.is_finite() { cores * 100.0 } else { 0.0 },
+            (s.memory_total_bytes.num() / MIB).floor(),
+            (s.disk_pool_size_bytes.num() / MIB).floor(),
+        ];
+        let (group, why) = match (free[id], s.reserved.truthy()) {
+            (Some(_), false) => (0, None),
+            (Some(_), true) => (1, Some("reserved".to_string())),
+            (None, _) => {
+                let why = capacity
+                    .as_ref()
+                    .and_then(|c| c.reasons.get(&s.reason_key()).map(str::to_string))
+                    .unwrap_or_else(|| "left out".into());
+                (2, Some(why))
+            }
+        };
+        let g = &mut groups[group];
+        g.0 += 1;
+        for (t, v) in g.2.iter_mut().zip(total) {
+            *t += if v.is_finite() { v } else { 0.0 };
+        }
+        if let Some(u) = free[id] {
+            for (f, v) in g.1.iter_mut().zip([u.cpu_pct, u.ram_mib, u.disk_mib]) {
+                *f += v.max(0.0);
+            }
+        }
+        if let Some(why) = why {
+            let count = g.3.entry(why).or_insert(json!(0));
+            *count = json!(count.as_u64().unwrap_or(0) + 1);
+        }
+    }
+    let group = |g: &Group, with_free: bool, with_why: bool| {
+        let mut out = json!({"servers": g.0});
+        for (i, name) in ["cpu", "ram", "disk"].iter().enumerate() {
+            out[*name] = if with_free {
+                json!({"free": num_to_json(g.1[i]), "total": num_to_json(g.2[i])})
+            } else {
+                json!({"total": num_to_json(g.2[i])})
+            };
+        }
+        if with_why {
+            out["why"] = Value::Object(g.3.clone());
+        }
+        out
+    };
+    json!({
+        "usable": group(&groups[0], true, false),
+        "reserved": group(&groups[1], true, true),
+        "unusable": group(&groups[2], false, true),
+    })
+}
+
+/// The `packages` answer: per package, the total, per server, limiting counts and the
+/// stranded capacity.
+pub fn packages_answer(
+    engine: &Engine,
+    servers: &[Server<'_>],
+    raw_servers: &[&str],
+    query: &PackageQuery,
+) -> Result<Value, AnswerError> {
+    let invalid =
+        |field: &str, e: serde_json::Error| AnswerError::Invalid(vec![FieldError::invalid(field, e.to_string())]);
+    let image: Image = serde_json::from_value(query.image.clone()).map_err(|e| invalid("image", e))?;
+    let mut answers = Vec::new();
+    for (i, (package, raw)) in query.packages.iter().enumerate() {
+        let vm_json = vm_of(&query.vm, raw);
+        let vm: VmPayload = serde_json::from_value(vm_json.clone()).map_err(|e| invalid("vm", e))?;
+        let (counts, left_out) = analytic(engine, servers, package, &vm, &image);
+        let mut per_server = Map::new();
+        let mut limiting = Map::new();
+        let mut stranded = [0.0f64; 3];
+        let (mut slots, mut with_room) = (0.0, 0usize);
+        for (id, s) in &counts {
+            slots += s.slots;
+            if s.slots > 0.0 {
+                with_room += 1;
+            }
+            let count = limiting.entry(s.limiting).or_insert(json!(0));
+            *count = json!(count.as_u64().unwrap_or(0) + 1);
+            for (t, v) in stranded.iter_mut().zip(s.stranded) {
+                *t += v.unwrap_or(0.0);
+            }
+            per_server.insert(
+                servers[*id].reason_key(),
+                json!({
+                    "slots": num_to_json(s.slots),
+                    "limiting": s.limiting,
+                    "stranded": stranded_json(s.stranded),
+                }),
+            );
+        }
+        let mut answer = json!({
+            "package": raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i)),
+            "slots": num_to_json(slots),
+            "servers_with_room": with_room,
+            "limiting": limiting,
+            "stranded": {"ram": num_to_json(stranded[0]), "cpu": num_to_json(stranded[1]), "disk": num_to_json(stranded[2])},
+            "servers": per_server,
+            "left_out": left_out,
+        });
+        if query.exact {
+            let exact_counts = exact(engine, raw_servers, &vm_json, &query.image, raw)?;
+            let per: Map<String, Value> = exact_counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(id, &n)| (servers[id].reason_key(), json!(n)))
+                .collect();
+            answer["exact"] = json!({"slots": exact_counts.iter().sum::<usize>(), "servers": per});
+        }
+        answers.push(answer);
+    }
+    Ok(Value::Array(answers))
+}
+
+fn stranded_json(s: [Option<f64>; 3]) -> Value {
+    let v = |x: Option<f64>| x.map_or(Value::Null, num_to_json);
+    json!({"ram": v(s[0]), "cpu": v(s[1]), "disk": v(s[2])})
+}

@@ -1,0 +1,560 @@
+//! Why this server, and why not that one: the `explain` part of an allocation's answer
+//! (`POST /allocate?explain=true`, `dapi allocate --explain`, `dapi explain`).
+//!
+//! Built after the engine has decided, from the steps (where each server left the list and
+//! the reason given there) and the notes plugins took while explaining (shortfalls in
+//! numbers, the parts of each score). Nothing here changes the decision or the steps.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::engine::{Allocation, NoteKind, ServerId, Shortfall};
+use crate::js::{fmt_num, num_to_json};
+use crate::model::Server;
+use crate::validate::FieldError;
+
+/// What an explained answer is asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExplainOptions {
+    /// Restricts the per-server part to these uuids (a uuid not received is answered too);
+    /// `None`: every server received.
+    pub why_not: Option<Vec<String>>,
+}
+
+impl ExplainOptions {
+    /// Adds uuids to `why_not`.
+    pub fn ask_about(&mut self, uuids: impl IntoIterator<Item = String>) {
+        let list = self.why_not.get_or_insert_with(Vec::new);
+        for uuid in uuids {
+            if !list.contains(&uuid) {
+                list.push(uuid);
+            }
+        }
+    }
+}
+
+/// How many of the best candidates are always shown with their score breakdown.
+const TOP: usize = 5;
+
+/// The `explain` object.
+#[derive(Debug, Serialize)]
+pub struct Explain {
+    pub received: usize,
+    pub removed: usize,
+    pub remaining: usize,
+    /// One line, kube-style: `412 of 500 servers removed: 300 by ..., 100 by ...`.
+    pub summary: String,
+    /// The removed servers grouped by the step that removed them, most first.
+    pub causes: Vec<Cause>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub winner: Option<Winner>,
+    /// The best candidates (up to five), best first, with their score breakdown.
+    pub top: Vec<ServerExplain>,
+    /// Every server received, in request order, or those asked about (`why_not`).
+    pub servers: Vec<ServerExplain>,
+}
+
+/// Servers that one step removed.
+#[derive(Debug, Serialize)]
+pub struct Cause {
+    pub step: &'static str,
+    pub plugin: &'static str,
+    pub count: usize,
+    /// The removed server that fell shortest, when the step measures a shortfall.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub closest: Option<Closest>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Closest {
+    pub server: String,
+    pub resource: &'static str,
+    pub unit: &'static str,
+    #[serde(serialize_with = "js_num")]
+    pub missing: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Winner {
+    pub server: String,
+    #[serde(serialize_with = "js_num")]
+    pub score: f64,
+    /// Its score over the runner-up's (absent when it had no rival).
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
+    pub margin: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runner_up: Option<String>,
+}
+
+/// One server's part.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerExplain {
+    pub server: String,
+    /// `chosen`, `candidate` (survived every step, not chosen), `removed`, or
+    /// `not_received` (asked about but not in the request).
+    pub outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub left: Option<Left>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rank: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
+    pub score: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scores: Vec<ScorePart>,
+    /// For the winner: its score over the runner-up's.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
+    pub margin: Option<f64>,
+}
+
+/// Where a server left the list.
+#[derive(Debug, Clone, Serialize)]
+pub struct Left {
+    pub step: &'static str,
+    pub plugin: &'static str,
+    /// The step's reason for this server (some filters give none).
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shortfalls: Vec<ShortfallOut>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShortfallOut {
+    pub resource: &'static str,
+    pub unit: &'static str,
+    #[serde(serialize_with = "js_num")]
+    pub needed: f64,
+    #[serde(serialize_with = "js_num")]
+    pub available: f64,
+    #[serde(serialize_with = "js_num")]
+    pub missing: f64,
+}
+
+impl From<Shortfall> for ShortfallOut {
+    fn from(s: Shortfall) -> ShortfallOut {
+        ShortfallOut {
+            resource: s.resource,
+            unit: s.unit,
+            needed: s.needed,
+            available: s.available,
+            missing: s.needed - s.available,
+        }
+    }
+}
+
+/// One scorer's part of a score.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScorePart {
+    pub plugin: &'static str,
+    /// The value the scorer placed the server by: unreserved MiB, owner zones, a date, a
+    /// platform stamp, or the server's position in the scorer's order.
+    pub raw: Value,
+    /// The contribution over the weight, in [0, 1] (−1 or 1 when every server tied).
+    #[serde(serialize_with = "js_num")]
+    pub normalised: f64,
+    #[serde(serialize_with = "js_num")]
+    pub weight: f64,
+    #[serde(serialize_with = "js_num")]
+    pub contribution: f64,
+}
+
+fn js_num<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
+    num_to_json(*n).serialize(s)
+}
+
+fn js_num_opt<S: serde::Serializer>(n: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    n.map(num_to_json).serialize(s)
+}
+
+/// `why_not` from a request body: `None` when absent; a 422 naming the field when it is not
+/// an array of strings. Reads only that field (the rest is skipped over).
+pub fn why_not_in_body(body: &[u8]) -> Result<Option<Vec<String>>, FieldError> {
+    #[derive(serde::Deserialize)]
+    struct Only {
+        why_not: Option<Value>,
+    }
+    let Ok(only) = serde_json::from_slice::<Only>(body) else { return Ok(None) };
+    match only.why_not {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(FieldError::invalid(format!("why_not[{i}]"), "must be a server uuid (a string)")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        Some(_) => Err(FieldError::invalid("why_not", "must be an array of server uuids")),
+    }
+}
+
+/// The explanation of `allocation`, an allocation of `servers` run with notes.
+pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &ExplainOptions) -> Explain {
+    let n = servers.len();
+    let steps = &allocation.steps;
+    let uuid = |id: ServerId| servers[id].reason_key();
+
+    // The steps whose output led to the answer: back from the last step through the lists
+    // each was given (steps of `or` branches given up on are not on it).
+    let mut path = Vec::new();
+    let mut at = steps.len().checked_sub(1);
+    while let Some(k) = at {
+        path.push(k);
+        at = steps[k].input;
+    }
+    path.reverse();
+
+    // Where each server left: the first step on the path that did not pass it on.
+    let mut left: Vec<Option<usize>> = vec![None; n];
+    let mut alive = vec![true; n];
+    let mut mark = vec![usize::MAX; n];
+    for &k in &path {
+        for &id in &steps[k].remaining {
+            mark[id] = k;
+        }
+        for id in 0..n {
+            if alive[id] && mark[id] != k {
+                alive[id] = false;
+                left[id] = Some(k);
+            }
+        }
+    }
+    let survivors: &[ServerId] = match path.last() {
+        Some(&k) => &steps[k].remaining,
+        None => &[],
+    };
+    let survivors: Vec<ServerId> = if path.is_empty() { (0..n).collect() } else { survivors.to_vec() };
+
+    // Notes by server: shortfalls of the step it left at, score parts of every step.
+    let mut shortfalls: HashMap<ServerId, Vec<ShortfallOut>> = HashMap::new();
+    let mut parts: HashMap<ServerId, Vec<(usize, f64, f64, f64)>> = HashMap::new();
+    let mut raws: HashMap<(usize, ServerId), &Value> = HashMap::new();
+    for note in &allocation.notes {
+        match &note.kind {
+            NoteKind::Shortfall(s) if left[note.server] == Some(note.step) => {
+                shortfalls.entry(note.server).or_default().push((*s).into());
+            }
+            NoteKind::Shortfall(_) => {}
+            NoteKind::Score { raw, weight, contribution } => {
+                parts.entry(note.server).or_default().push((note.step, *raw, *weight, *contribution))
+            }
+            NoteKind::Raw(value) => {
+                raws.insert((note.step, note.server), value);
+            }
+        }
+    }
+    let score_parts = |id: ServerId| -> Vec<ScorePart> {
+        parts
+            .get(&id)
+            .map(|list| {
+                list.iter()
+                    .map(|&(step, raw, weight, contribution)| ScorePart {
+                        plugin: steps[step].plugin,
+                        raw: raws.get(&(step, id)).map_or_else(|| num_to_json(raw), |v| (*v).clone()),
+                        normalised: if weight == 0.0 { 0.0 } else { contribution / weight.abs() },
+                        weight,
+                        contribution,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    // Ranks: the chosen server first, then by score, ties to the later server in the
+    // final list (as selection breaks them).
+    let mut ranked: Vec<(usize, ServerId)> = survivors.iter().copied().enumerate().collect();
+    ranked.sort_by(|&(pa, a), &(pb, b)| {
+        let chosen = |id| Some(id) == allocation.chosen;
+        chosen(b)
+            .cmp(&chosen(a))
+            .then(allocation.state[b].score.total_cmp(&allocation.state[a].score))
+            .then(pb.cmp(&pa))
+    });
+    let mut rank: Vec<Option<usize>> = vec![None; n];
+    for (r, &(_, id)) in ranked.iter().enumerate() {
+        rank[id] = Some(r + 1);
+    }
+    let winner = allocation.chosen.map(|id| {
+        let runner_up = ranked.get(1).map(|&(_, r)| r);
+        let score = allocation.state[id].score;
+        Winner {
+            server: uuid(id),
+            score,
+            margin: runner_up.map(|r| score - allocation.state[r].score),
+            runner_up: runner_up.map(uuid),
+        }
+    });
+
+    let describe = |id: ServerId| -> ServerExplain {
+        let server = uuid(id);
+        match left[id] {
+            Some(k) => ServerExplain {
+                left: Some(Left {
+                    step: steps[k].name,
+                    plugin: steps[k].plugin,
+                    reason: steps[k].reasons.get(&server).map(str::to_string),
+                    shortfalls: shortfalls.get(&id).cloned().unwrap_or_default(),
+                }),
+                server,
+                outcome: "removed",
+                rank: None,
+                score: None,
+                scores: Vec::new(),
+                margin: None,
+            },
+            None => {
+                let chosen = Some(id) == allocation.chosen;
+                ServerExplain {
+                    server,
+                    outcome: if chosen { "chosen" } else { "candidate" },
+                    left: None,
+                    rank: rank[id],
+                    score: Some(allocation.state[id].score),
+                    scores: score_parts(id),
+                    margin: if chosen { winner.as_ref().and_then(|w| w.margin) } else { None },
+                }
+            }
+        }
+    };
+
+    let top: Vec<ServerExplain> = ranked.iter().take(TOP).map(|&(_, id)| describe(id)).collect();
+    let listed: Vec<ServerExplain> = match &options.why_not {
+        None => (0..n).map(describe).collect(),
+        Some(uuids) => uuids
+            .iter()
+            .map(|asked| {
+                let found = (0..n).find(|&id| servers[id].uuid.as_str() == Some(asked.as_str()));
+                found.map(describe).unwrap_or_else(|| ServerExplain {
+                    server: asked.clone(),
+                    outcome: "not_received",
+                    left: None,
+                    rank: None,
+                    score: None,
+                    scores: Vec::new(),
+                    margin: None,
+                })
+            })
+            .collect(),
+    };
+
+    // Causes: removed servers grouped by the step they left at.
+    let mut causes: Vec<Cause> = Vec::new();
+    let mut cause_of_step: HashMap<usize, usize> = HashMap::new();
+    for (id, &at) in left.iter().enumerate() {
+        let Some(k) = at else { continue };
+        let c = *cause_of_step.entry(k).or_insert_with(|| {
+            causes.push(Cause { step: steps[k].name, plugin: steps[k].plugin, count: 0, closest: None });
+            causes.len() - 1
+        });
+        let cause = &mut causes[c];
+        cause.count += 1;
+        if let Some(first) = shortfalls.get(&id).and_then(|s| s.first()) {
+            let closer = cause.closest.as_ref().is_none_or(|c| first.missing < c.missing);
+            if closer {
+                cause.closest = Some(Closest {
+                    server: uuid(id),
+                    resource: first.resource,
+                    unit: first.unit,
+                    missing: first.missing,
+                });
+            }
+        }
+    }
+    causes.sort_by_key(|c| std::cmp::Reverse(c.count));
+    let removed = left.iter().filter(|l| l.is_some()).count();
+    let summary = summary_line(n, removed, survivors.len(), &causes, winner.as_ref());
+    Explain { received: n, removed, remaining: survivors.len(), summary, causes, winner, top, servers: listed }
+}
+
+/// `412 of 500 servers removed: 300 by hard-filter-min-ram (...; closest: X short by 512 MiB
+/// ram), ...; 88 left; chosen: Y (score 3.2, margin 0.4)`.
+fn summary_line(received: usize, removed: usize, left: usize, causes: &[Cause], winner: Option<&Winner>) -> String {
+    let mut line = format!("{removed} of {received} servers removed");
+    for (i, cause) in causes.iter().enumerate() {
+        line.push_str(if i == 0 { ": " } else { ", " });
+        let _ = write!(line, "{} by {} ({}", cause.count, cause.plugin, cause.step);
+        if let Some(c) = &cause.closest {
+            let _ = write!(line, "; closest: {} short by {} {} {}", c.server, fmt_num(c.missing), c.unit, c.resource);
+        }
+        line.push(')');
+    }
+    let _ = write!(line, "; {left} left");
+    match winner {
+        Some(w) => {
+            let _ = write!(line, "; chosen: {} (score {}", w.server, fmt_num(w.score));
+            if let Some(m) = w.margin {
+                let _ = write!(line, ", margin {}", fmt_num(m));
+            }
+            line.push(')');
+        }
+        None => line.push_str("; none chosen"),
+    }
+    line
+}
+
+/// The explanation appended to an answer body written by `answer::write_allocation` (which
+/// ends with `}`), as its last member `"explain"`.
+pub fn append_to_answer(out: &mut Vec<u8>, explain: &Explain) -> serde_json::Result<()> {
+    if out.last() == Some(&b'}') {
+        out.pop();
+    }
+    out.extend_from_slice(b",\"explain\":");
+    serde_json::to_writer(&mut *out, explain)?;
+    out.push(b'}');
+    Ok(())
+}
+
+/// The explanation as a terminal report (`dapi explain`): the causes as a table, the best
+/// candidates with their score breakdown, then the servers asked about (when
+/// `asked`). `colour`: ANSI colours, for a terminal.
+pub fn report(explain: &Explain, asked: bool, colour: bool) -> String {
+    let paint = |code: &str, text: &str| if colour { format!("\x1b[{code}m{text}\x1b[0m") } else { text.to_string() };
+    let bold = |t: &str| paint("1", t);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} {} servers received, {} removed, {} left",
+        bold("Allocation:"),
+        explain.received,
+        explain.removed,
+        explain.remaining
+    );
+    match &explain.winner {
+        Some(w) => {
+            let _ = write!(out, "{} {} (score {}", bold("Chosen:"), paint("32", &w.server), short(w.score));
+            if let (Some(m), Some(r)) = (w.margin, &w.runner_up) {
+                let _ = write!(out, ", {} ahead of {r}", short(m));
+            }
+            out.push_str(")\n");
+        }
+        None => {
+            let _ = writeln!(out, "{} {}", bold("Chosen:"), paint("31", "none: no server fits"));
+        }
+    }
+
+    if !explain.causes.is_empty() {
+        let _ = writeln!(out, "\n{}", bold("Removed, by cause:"));
+        let rows: Vec<[String; 4]> = explain
+            .causes
+            .iter()
+            .map(|c| {
+                let closest = c.closest.as_ref().map_or(String::new(), |c| {
+                    format!("{} short by {} {} {}", c.server, fmt_num(c.missing), c.unit, c.resource)
+                });
+                [c.count.to_string(), c.plugin.to_string(), c.step.to_string(), closest]
+            })
+            .collect();
+        table(&mut out, ["SERVERS", "PLUGIN", "STEP", "CLOSEST"], &rows);
+    }
+
+    if !explain.top.is_empty() {
+        let _ = writeln!(out, "\n{}", bold("Top candidates:"));
+        for s in &explain.top {
+            server_block(&mut out, s, &paint);
+        }
+    }
+    if asked {
+        let _ = writeln!(out, "\n{}", bold("Asked about:"));
+        for s in &explain.servers {
+            server_block(&mut out, s, &paint);
+        }
+    }
+    out
+}
+
+/// A number for people: at most four decimals.
+fn short(n: f64) -> String {
+    if n.fract() == 0.0 || !n.is_finite() {
+        return fmt_num(n);
+    }
+    let text = format!("{n:.4}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) -> String) {
+    match (s.outcome, &s.left) {
+        (_, Some(left)) => {
+            let _ = writeln!(out, "  {}  {} by {} ({})", s.server, paint("31", "removed"), left.plugin, left.step);
+            if let Some(reason) = &left.reason {
+                let _ = writeln!(out, "      reason: {reason}");
+            }
+            for f in &left.shortfalls {
+                let _ = writeln!(
+                    out,
+                    "      short of {}: needed {} {unit}, available {} {unit}, missing {} {unit}",
+                    f.resource,
+                    fmt_num(f.needed),
+                    fmt_num(f.available),
+                    fmt_num(f.missing),
+                    unit = f.unit
+                );
+            }
+        }
+        ("not_received", None) => {
+            let _ = writeln!(out, "  {}  {}", s.server, paint("33", "not in the request"));
+        }
+        (outcome, None) => {
+            let rank = s.rank.map_or(String::new(), |r| format!("#{r} "));
+            let _ =
+                write!(out, "  {rank}{}  {}", s.server, paint(if outcome == "chosen" { "32" } else { "0" }, outcome));
+            if let Some(score) = s.score {
+                let _ = write!(out, ", score {}", fmt_num(score));
+            }
+            if let Some(m) = s.margin {
+                let _ = write!(out, ", margin {}", fmt_num(m));
+            }
+            out.push('\n');
+            if !s.scores.is_empty() {
+                let rows: Vec<[String; 4]> = s
+                    .scores
+                    .iter()
+                    .map(|p| {
+                        let raw = match &p.raw {
+                            Value::String(text) => text.clone(),
+                            other => other.to_string(),
+                        };
+                        [
+                            p.plugin.to_string(),
+                            raw,
+                            format!("{} × {}", short(p.normalised), short(p.weight)),
+                            format!("+{}", short(p.contribution)),
+                        ]
+                    })
+                    .collect();
+                let mut block = String::new();
+                table(&mut block, ["SCORER", "RAW", "NORMALISED × WEIGHT", "CONTRIBUTION"], &rows);
+                for line in block.lines() {
+                    let _ = writeln!(out, "    {line}");
+                }
+            }
+        }
+    }
+}
+
+/// A left-aligned table with a header row, two spaces between columns.
+fn table<const N: usize>(out: &mut String, head: [&str; N], rows: &[[String; N]]) {
+    let mut widths = head.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::from("  ");
+        for (i, cell) in cells.enumerate() {
+            text.push_str(cell);
+            if i + 1 < N {
+                text.extend(std::iter::repeat_n(' ', widths[i] - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut head.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+}

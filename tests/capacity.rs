@@ -1,0 +1,250 @@
+//! Package slots (`POST /capacity` with `packages`): hand-built datacenters whose counts are
+//! known, each dimension limiting once; the analytic count against the exact one (placing
+//! VMs one after another with the engine); bad `packages` entries refused naming the field.
+
+mod common;
+
+use dapi::answer::{capacity, AnswerError};
+use dapi::config::Limits;
+use dapi::engine::Engine;
+use serde_json::{json, Value};
+
+const GIB: f64 = 1_073_741_824.0;
+const MIB: f64 = 1_048_576.0;
+
+/// A server built from the example's first one: no VMs, `cores` CPUs, `ram_gib` of memory,
+/// a big pool with nothing used, then `changes` laid over it.
+fn server(uuid: &str, cores: u32, ram_gib: f64, changes: Value) -> Value {
+    let example = common::example_request();
+    let mut s = example["servers"][0].clone();
+    s["uuid"] = json!(uuid);
+    s["vms"] = json!({});
+    s["sysinfo"]["UUID"] = json!(uuid);
+    s["sysinfo"]["CPU Total Cores"] = json!(cores);
+    s["sysinfo"]["CPU Online Count"] = json!(cores);
+    s["memory_total_bytes"] = json!(ram_gib * GIB);
+    for key in [
+        "disk_cores_quota_used_bytes",
+        "disk_installed_images_used_bytes",
+        "disk_kvm_zvol_volsize_bytes",
+        "disk_system_used_bytes",
+        "disk_zone_quota_bytes",
+        "disk_zone_quota_used_bytes",
+        "disk_pool_alloc_bytes",
+    ] {
+        s[key] = json!(0);
+    }
+    s["disk_pool_size_bytes"] = json!(4096.0 * GIB);
+    s["disk_system_used_bytes"] = json!(GIB);
+    if let (Some(s), Some(c)) = (s.as_object_mut(), changes.as_object()) {
+        for (k, v) in c {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    s
+}
+
+fn vm(n: usize) -> (String, Value) {
+    let uuid = format!("00000000-0000-4000-8000-{n:012}");
+    let vm = json!({"uuid": uuid, "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "brand": "joyent",
+        "state": "running", "max_physical_memory": 512, "cpu_cap": 100, "quota": 10});
+    (uuid, vm)
+}
+
+/// The production chain, with `hard-filter-min-disk` after `-min-cpu` (so that disk counts)
+/// and `defaults` laid over CNAPI's.
+fn engine(defaults: Value, with_min_disk: bool) -> Engine {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+    let mut config: Value = serde_json::from_str(&text).expect("JSON");
+    if with_min_disk {
+        let chain = config["allocationDescription"].as_array_mut().expect("chain");
+        let at = chain.iter().position(|p| p == "hard-filter-min-cpu").expect("min-cpu") + 1;
+        chain.insert(at, json!("hard-filter-min-disk"));
+    }
+    for (k, v) in defaults.as_object().expect("object") {
+        config["defaults"][k] = v.clone();
+    }
+    Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
+}
+
+fn ask(engine: &Engine, body: &Value) -> Result<Value, AnswerError> {
+    let bytes = serde_json::to_vec(body).expect("JSON");
+    capacity(engine, &Limits::default(), &bytes).map(|a| serde_json::from_slice(&a.body).expect("JSON answer"))
+}
+
+/// Five servers: RAM, CPU, disk and the VM-count limit each limit one; one is reserved.
+fn datacenter() -> Vec<Value> {
+    let vms: serde_json::Map<String, Value> = (0..4).map(vm).collect();
+    vec![
+        // 6 GiB × 0.85 = 5222 MiB: five 1 GiB VMs, one 4 GiB one.
+        server("a0000000-0000-4000-8000-00000000000a", 32, 6.0, json!({})),
+        // 1 core = 100 CPU units; a VM capped at 100 needs 100/4 = 25: four fit.
+        server("b0000000-0000-4000-8000-00000000000b", 1, 64.0, json!({})),
+        // 100 GiB pool × 0.94 = 96256 MiB, 46256 MiB used: 50000 MiB spare; a 10 GiB VM
+        // needs 20480 and takes 10240 (three fit), a 20 GiB one needs 30720 (one fits).
+        server(
+            "c0000000-0000-4000-8000-00000000000c",
+            32,
+            64.0,
+            json!({"disk_pool_size_bytes": 100.0 * GIB, "disk_system_used_bytes": 46256.0 * MIB}),
+        ),
+        // Four VMs under a limit of six: two more.
+        server("d0000000-0000-4000-8000-00000000000d", 32, 64.0, json!({"vms": vms})),
+        server("e0000000-0000-4000-8000-00000000000e", 32, 64.0, json!({"reserved": true})),
+    ]
+}
+
+fn packages() -> Value {
+    json!([
+        {"name": "small", "max_physical_memory": 1024, "quota": 10240, "cpu_cap": 100},
+        {"name": "large", "max_physical_memory": 4096, "quota": 20480, "cpu_cap": 100}
+    ])
+}
+
+fn slots(answer: &Value, package: usize) -> Vec<(String, u64, String)> {
+    let servers = answer["packages"][package]["servers"].as_object().expect("servers");
+    let mut list: Vec<_> = servers
+        .iter()
+        .map(|(uuid, s)| {
+            (
+                uuid[..1].to_string(),
+                s["slots"].as_u64().unwrap_or(u64::MAX),
+                s["limiting"].as_str().unwrap_or("?").into(),
+            )
+        })
+        .collect();
+    list.sort();
+    list
+}
+
+#[test]
+fn each_dimension_limits_once_and_the_counts_are_known() {
+    let engine = engine(json!({"filter_vm_limit": 6, "filter_large_servers": false}), true);
+    let body = json!({"servers": datacenter(), "packages": packages(), "exact": true});
+    let answer = ask(&engine, &body).expect("answered");
+    let s = |a: &str, n: u64, l: &str| (a.to_string(), n, l.to_string());
+    assert_eq!(slots(&answer, 0), [s("a", 5, "ram"), s("b", 4, "cpu"), s("c", 3, "disk"), s("d", 2, "vms")]);
+    assert_eq!(slots(&answer, 1), [s("a", 1, "ram"), s("b", 4, "cpu"), s("c", 1, "disk"), s("d", 2, "vms")]);
+    let small = &answer["packages"][0];
+    assert_eq!(small["slots"], json!(14));
+    assert_eq!(small["servers_with_room"], json!(4));
+    assert_eq!(small["limiting"], json!({"ram": 1, "cpu": 1, "disk": 1, "vms": 1}));
+    // Without soft rules the exact count is the analytic one, server by server.
+    for p in 0..2 {
+        let package = &answer["packages"][p];
+        assert_eq!(package["exact"]["slots"], package["slots"], "{package}");
+        for (uuid, n) in package["exact"]["servers"].as_object().expect("exact servers") {
+            assert_eq!(package["servers"][uuid]["slots"], *n, "{uuid}");
+        }
+    }
+    // The reserved server is left out, and counted apart in the totals.
+    assert!(small["servers"].get("e0000000-0000-4000-8000-00000000000e").is_none());
+    assert!(small["left_out"]["e0000000-0000-4000-8000-00000000000e"].is_string(), "{small}");
+    let totals = &answer["totals"];
+    assert_eq!((totals["usable"]["servers"].as_u64(), totals["reserved"]["servers"].as_u64()), (Some(4), Some(1)));
+    assert_eq!(totals["reserved"]["why"]["reserved"], json!(1));
+    // Stranded: RAM-limited server a keeps its CPU, CPU-limited b its RAM.
+    let stranded = |uuid: &str, dim: &str| small["servers"][uuid]["stranded"][dim].as_f64().unwrap_or(-1.0);
+    assert!(stranded("a0000000-0000-4000-8000-00000000000a", "cpu") > 0.0);
+    assert!(stranded("b0000000-0000-4000-8000-00000000000b", "ram") > 0.0);
+    assert_eq!(stranded("b0000000-0000-4000-8000-00000000000b", "cpu"), 0.0);
+}
+
+#[test]
+fn the_production_chain_does_not_count_disk_and_uses_the_default_vm_limit() {
+    let engine = engine(json!({}), false);
+    let body = json!({"servers": datacenter(), "packages": packages()});
+    let answer = ask(&engine, &body).expect("answered");
+    let c = slots(&answer, 0).into_iter().find(|s| s.0 == "c").expect("server c");
+    assert_ne!(c.2, "disk");
+    let d = slots(&answer, 0).into_iter().find(|s| s.0 == "d").expect("server d");
+    // 64 GiB × 0.85 less four 512 MiB VMs: 53657 MiB, 52 VMs of 1 GiB (below 224 - 4).
+    assert_eq!((d.1, d.2.as_str()), (52, "ram"));
+    assert!(answer["packages"][0].get("exact").is_none());
+}
+
+#[test]
+fn overprovision_and_reservation_ratios_count() {
+    let engine = engine(json!({"filter_vm_limit": 1000, "disable_override_overprovisioning": true}), false);
+    // 16 GiB × (1 - 0.5) = 8192 MiB; a zone package with RAM ratio 2 needs and takes 512.
+    let s = server(
+        "f0000000-0000-4000-8000-00000000000f",
+        64,
+        16.0,
+        json!({"reservation_ratio": 0.5, "overprovision_ratios": {"ram": 2, "cpu": 4}}),
+    );
+    let body = json!({"servers": [s], "packages": [
+        {"max_physical_memory": 1024, "overprovision_memory": 2, "overprovision_cpu": 4, "cpu_cap": 100},
+    ]});
+    let answer = ask(&engine, &body).expect("answered");
+    assert_eq!(slots(&answer, 0), [("f".to_string(), 16, "ram".to_string())]);
+    // A KVM VM is not divided by the ratio and takes 1 GiB of overhead besides.
+    let mut kvm = body.clone();
+    kvm["vm"] = json!({"brand": "kvm"});
+    kvm["packages"][0]["overprovision_memory"] = json!(2);
+    let answer = ask(&engine, &kvm).expect("answered");
+    let got = slots(&answer, 0);
+    // needs 1024, takes 2048: (8192 - 1024) / 2048 + 1 = 4
+    assert_eq!(got, [("f".to_string(), 4, "ram".to_string())], "{answer}");
+}
+
+#[test]
+fn analytic_is_never_below_exact_on_generated_datacenters() {
+    let engine = engine(json!({"filter_vm_limit": 12}), false);
+    for seed in 0..4u64 {
+        let mut servers = Vec::new();
+        for i in 0..12u64 {
+            let x = (seed * 31 + i * 17) % 11;
+            let vms: serde_json::Map<String, Value> = (0..(x as usize % 4)).map(|n| vm(100 * i as usize + n)).collect();
+            let uuid = format!("{:08x}-0000-4000-8000-{:012x}", seed + 1, i);
+            servers.push(server(&uuid, 1 + (x as u32 % 5), 4.0 + x as f64 * 2.0, json!({"vms": vms})));
+        }
+        let body = json!({"servers": servers, "packages": packages(), "exact": true});
+        let answer = ask(&engine, &body).expect("answered");
+        for package in answer["packages"].as_array().expect("packages") {
+            let exact = package["exact"]["servers"].as_object().expect("exact");
+            for (uuid, n) in exact {
+                let analytic = package["servers"][uuid]["slots"].as_u64().unwrap_or(0);
+                assert!(analytic >= n.as_u64().unwrap_or(0), "seed {seed} {uuid}: {analytic} < {n}");
+            }
+            assert!(package["slots"].as_u64() >= package["exact"]["slots"].as_u64(), "{package}");
+        }
+    }
+}
+
+#[test]
+fn bad_packages_are_refused_naming_the_field() {
+    let engine = engine(json!({}), false);
+    let field = |body: Value| match ask(&engine, &body) {
+        Err(AnswerError::Invalid(errors)) => errors[0].field.clone(),
+        other => panic!("refused expected, got {other:?}"),
+    };
+    let servers = datacenter();
+    assert_eq!(field(json!({"servers": servers, "packages": {}})), "packages");
+    assert_eq!(field(json!({"servers": servers, "packages": []})), "packages");
+    assert_eq!(field(json!({"servers": servers, "packages": [5]})), "packages[0]");
+    assert_eq!(field(json!({"servers": servers, "packages": [{"quota": 1}]})), "packages[0].max_physical_memory");
+    assert_eq!(
+        field(
+            json!({"servers": servers, "packages": [{"max_physical_memory": 1}, {"max_physical_memory": 1, "quota": "x"}]})
+        ),
+        "packages[1].quota"
+    );
+    assert_eq!(
+        field(json!({"servers": servers, "packages": [{"max_physical_memory": 1, "overprovision_memory": -1}]})),
+        "packages[0].overprovision_memory"
+    );
+    assert_eq!(field(json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "exact": 1})), "exact");
+}
+
+#[tokio::test]
+async fn over_http_bad_packages_get_422_and_good_ones_an_answer() {
+    let s = common::start(&[]).await;
+    let r = common::post_json(s.addr, "/capacity", &json!({"servers": datacenter(), "packages": [{"quota": 1}]})).await;
+    assert_eq!(r.status, 422);
+    assert!(String::from_utf8_lossy(&r.body).contains("packages[0].max_physical_memory"));
+    let r = common::post_json(s.addr, "/capacity", &json!({"servers": datacenter(), "packages": packages()})).await;
+    assert_eq!(r.status, 200);
+    let body = r.json();
+    assert!(body["capacities"].is_object() && body["packages"][0]["slots"].as_u64().is_some_and(|n| n > 0), "{body}");
+}
