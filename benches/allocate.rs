@@ -176,7 +176,7 @@ fn batch_rows(inputs: &[Input], budget: Duration) {
         let batch = || {
             let started = Instant::now();
             let options = dapi::batch::BatchOptions { steps: None, count: Some(count) };
-            let answer = dapi::answer::allocate_with(&engine, &limits, &body, Default::default(), options);
+            let answer = dapi::answer::allocate_with(&engine, &limits, &body, Default::default(), options, None);
             assert!(answer.is_ok(), "the batch failed");
             started.elapsed().as_secs_f64()
         };

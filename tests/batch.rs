@@ -19,7 +19,7 @@ fn engine() -> (dapi::engine::Engine, dapi::config::Limits) {
 fn run(body: &Value, options: BatchOptions) -> Result<(Verdict, Value), AnswerError> {
     let (engine, limits) = engine();
     let bytes = serde_json::to_vec(body).expect("json");
-    let answer = answer::allocate_with(&engine, &limits, &bytes, AnswerOptions::default(), options)?;
+    let answer = answer::allocate_with(&engine, &limits, &bytes, AnswerOptions::default(), options, None)?;
     Ok((answer.verdict, serde_json::from_slice(&answer.body).expect("json answer")))
 }
 
