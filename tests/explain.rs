@@ -15,15 +15,7 @@ use dapi::explain::ExplainOptions;
 use serde_json::{json, Value};
 
 fn cases() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/conformance/cases exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    assert!(paths.len() >= 40, "the vendored subset has at least 40 cases");
-    paths.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("readable")).expect("JSON")).collect()
+    common::recorded_cases()
 }
 
 /// The plain answer and the explained one, for the CLI's and the service's no-fit forms.

@@ -36,14 +36,7 @@ async fn put_json(addr: std::net::SocketAddr, path: &str, body: &Value) -> commo
 }
 
 fn cases() -> Vec<Value> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .expect("tests/conformance/cases exists")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    paths.sort();
-    paths.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("readable")).expect("JSON")).collect()
+    common::recorded_cases()
 }
 
 fn steps_and_choice(answer: &Value) -> (Value, Value) {

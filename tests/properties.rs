@@ -12,8 +12,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use dapi::engine::Kind;
-use dapi::engine::{Engine, Expr};
+use dapi::engine::Engine;
 use dapi::validate::validate_allocate;
 use dapi::wire::parse_allocate_body;
 use proptest::prelude::*;
@@ -99,20 +98,6 @@ fn mutate(value: &mut Value, rng: &mut StdRng, depth: usize) {
     }
 }
 
-/// Hard filters at the top level of the chain: the final servers passed each of them.
-fn top_level_hard_filters(chain: &Expr) -> Vec<&'static str> {
-    match chain {
-        Expr::Pipe(items) => items
-            .iter()
-            .filter_map(|e| match e {
-                Expr::Plugin(p) if p.declaration().kind == Kind::HardFilter => Some(p.declaration().step),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 fn allocate(engine: &Engine, body: &[u8]) -> Option<Value> {
     let mut request = parse_allocate_body(body).ok()?;
     validate_allocate(&mut request).ok()?;
@@ -175,7 +160,7 @@ fn check(engine: &Engine, request: &Value) -> Result<(), TestCaseError> {
     let Some(answer) = allocate(engine, &body) else { return Ok(()) };
     if let Some(uuid) = answer["server"].get("uuid") {
         let steps = answer["steps"].as_array().expect("steps");
-        for name in top_level_hard_filters(engine.chain()) {
+        for name in engine.chain().top_level_hard_filters() {
             for step in steps.iter().filter(|s| s["step"] == name) {
                 let remaining = step["remaining"].as_array().expect("remaining");
                 prop_assert!(remaining.contains(uuid), "chosen {uuid} was removed by {name}");

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use dapi::answer::{self, AnswerError, AnswerOptions, NoFitBody};
 use dapi::config::Limits;
-use dapi::engine::{Engine, Expr, Kind};
+use dapi::engine::Engine;
 use serde_json::Value;
 
 /// The engine on the built-in (production) config.
@@ -22,20 +22,6 @@ pub fn limits() -> Limits {
     Limits { max_servers: 64, max_vms_per_server: 64, ..Limits::default() }
 }
 
-/// Hard filters at the top level of the chain: a chosen server passed each of them.
-fn top_level_hard_filters(chain: &Expr) -> Vec<&'static str> {
-    match chain {
-        Expr::Pipe(items) => items
-            .iter()
-            .filter_map(|e| match e {
-                Expr::Plugin(p) if p.declaration().kind == Kind::HardFilter => Some(p.declaration().step),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// Runs a body through the whole request path (parse, limits, validation, engine, answer)
 /// and checks what must hold for any input: no panic (the fuzzer sees those), no internal
 /// error on a request that passed validation, an answer that is JSON, and a chosen server
@@ -50,7 +36,7 @@ pub fn check_request_path(engine: &Engine, body: &[u8]) {
     let answer: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
     let Some(uuid) = answer["server"].get("uuid") else { return };
     let steps = answer["steps"].as_array().expect("steps");
-    for name in top_level_hard_filters(engine.chain()) {
+    for name in engine.chain().top_level_hard_filters() {
         for step in steps.iter().filter(|s| s["step"] == name) {
             let remaining = step["remaining"].as_array().expect("remaining");
             assert!(remaining.contains(uuid), "chosen {uuid} was removed by {name}");

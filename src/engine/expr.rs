@@ -24,6 +24,25 @@ pub enum Expr {
     Or(Vec<Expr>),
 }
 
+impl Expr {
+    /// The step names of the hard filters at the top level of a `pipe` chain: a chosen
+    /// server passed each of them (the properties and fuzz targets check it).
+    pub fn top_level_hard_filters(&self) -> Vec<&'static str> {
+        match self {
+            Expr::Pipe(items) => items
+                .iter()
+                .filter_map(|e| match e {
+                    Expr::Plugin(p) if p.declaration().kind == super::plugin::Kind::HardFilter => {
+                        Some(p.declaration().step)
+                    }
+                    _ => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Expr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -79,8 +79,9 @@ pub struct Declaration {
     pub kind: Kind,
     pub reads: &'static [Data],
     pub writes: &'static [Data],
-    /// A filter that may reorder the servers it keeps (its [`Kind`] otherwise promises it
-    /// keeps their order).
+    /// A plugin whose output list is any subset of its input, in any order: a filter that
+    /// reorders what it keeps, or a custom plugin, whose list the original passed on
+    /// whatever its kind (a [`Kind`] otherwise promises its order, or the list unchanged).
     pub reorders: bool,
 }
 
@@ -293,12 +294,13 @@ impl Registry {
 }
 
 /// What a plugin's [`Kind`] promises about its output, broken: a filter returns a
-/// subsequence of its input (unless it declares it reorders, then a subset), a scorer or
-/// transform returns its input unchanged. Checked after every step in debug builds.
+/// subsequence of its input, a scorer or transform returns its input unchanged, and a
+/// plugin that declares it reorders returns a subset. Checked after every step in debug
+/// builds.
 pub fn broken_promise(decl: &Declaration, input: &[ServerId], output: &[ServerId]) -> Option<String> {
     let name = decl.name;
     match decl.kind {
-        Kind::HardFilter | Kind::SoftFilter if decl.reorders => {
+        _ if decl.reorders => {
             let mut seen = vec![false; input.iter().max().map_or(0, |m| m + 1)];
             input.iter().for_each(|&id| seen[id] = true);
             let foreign = output.iter().find(|&&id| !seen.get(id).copied().unwrap_or(false));

@@ -115,8 +115,8 @@ impl CustomSet {
 }
 
 /// What a custom plugin is, from its file name: `hard-filter-*` and `soft-filter-*` are
-/// filters, `score-*` scorers, anything else a transform. Filters may reorder (the original
-/// passed on whatever list a plugin returned).
+/// filters, `score-*` scorers, anything else a transform. Whatever the kind, the list it
+/// returns goes on (its declaration says it reorders), as the original passed it on.
 fn kind_of(lookup: &str) -> Kind {
     if lookup.starts_with("hard-filter-") {
         Kind::HardFilter
@@ -232,12 +232,6 @@ impl Plugin for CustomJs {
                 req.set_score(id, score);
             }
             out.push(id);
-        }
-        if matches!(self.declaration.kind, Kind::Scorer | Kind::Transform) && out != servers {
-            return Err(self.fail(format!(
-                "is a {} (by its file name) but changed the server list; name a filter hard-filter-* or soft-filter-*",
-                self.declaration.kind.as_str()
-            )));
         }
         for (key, message) in answer.reasons {
             reasons.set(key, message);

@@ -114,3 +114,16 @@ pub fn example_request() -> serde_json::Value {
         .expect("examples/allocate.json");
     serde_json::from_str(&text).expect("example is JSON")
 }
+
+/// The vendored recorded cases (`tests/conformance/cases`), in file-name order.
+pub fn recorded_cases() -> Vec<serde_json::Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/conformance/cases exists")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    paths.sort();
+    assert!(paths.len() >= 40, "the vendored subset has at least 40 cases");
+    paths.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("readable")).expect("JSON")).collect()
+}
