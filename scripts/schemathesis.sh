@@ -27,12 +27,16 @@ cat >"$work/schemathesis.toml" <<'TOML'
 fail-on = true
 TOML
 
-# The one cross-field rule JSON Schema cannot state (see the hooks file). The coverage
+# negative_data_rejection is left out: dapi reads the members it knows and ignores the rest
+# (servers that break CNAPI's schema are reported, not refused), so schema-breaking bodies
+# that it answers are by design.
+# The cross-field rules JSON Schema cannot state are in the hooks file. The coverage
 # phase is left out: it sends its boundary cases without the hooks, so it reports that rule.
 export SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}"
 schemathesis --config-file "$work/schemathesis.toml" run "http://127.0.0.1:$port/openapi.json" \
   --url "http://127.0.0.1:$port" \
   --checks all \
+  --exclude-checks negative_data_rejection \
   --phases examples,fuzzing \
   --seed "${SCHEMATHESIS_SEED:-20261201}" \
   --max-examples "${SCHEMATHESIS_EXAMPLES:-150}" \

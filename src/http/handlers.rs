@@ -250,8 +250,8 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
     ),
     request_body(content = super::request_schema::AllocateRequest, content_type = "application/json", description = "Sent as is, or gzip-compressed with `Content-Encoding: gzip` (the size limit applies to the decompressed body). Answers are gzip- or zstd-compressed when the client sends `Accept-Encoding`."),
     responses(
-        (status = 200, description = "A server was chosen (a batch, `vms` or `count`: a `BatchResponse`)", body = super::openapi::AllocateResponse),
-        (status = 409, description = "No server fits (an `all_or_nothing` batch: a `BatchFailedResponse`)", body = super::openapi::NoServersResponse),
+        (status = 200, description = "A server was chosen (a batch, `vms` or `count`: a `BatchResponse`)", body = super::openapi::AllocateOrBatchResponse),
+        (status = 409, description = "No server fits (an `all_or_nothing` batch: a `BatchFailedResponse`)", body = super::openapi::NoFitResponse),
         (status = 422, description = "Invalid parameters", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
         (status = 408, description = "The body arrived too slowly (`limits.body_timeout_ms`); the connection is closed", body = super::openapi::ErrorResponse),

@@ -57,6 +57,22 @@ pub struct BatchVmResult {
     pub steps: Vec<StepDoc>,
 }
 
+/// The 200 answer of `/allocate`: one VM's, or a batch's.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum AllocateOrBatchResponse {
+    One(AllocateResponse),
+    Batch(BatchResponse),
+}
+
+/// The 409 answer of `/allocate`: CNAPI's error, or an `all_or_nothing` batch's.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum NoFitResponse {
+    One(NoServersResponse),
+    Batch(BatchFailedResponse),
+}
+
 /// A batch's answer (200): every VM in order, and how many were placed or not.
 #[derive(Serialize, ToSchema)]
 pub struct BatchResponse {
@@ -252,7 +268,6 @@ pub struct CapacityResponse {
 #[derive(Serialize, ToSchema)]
 pub struct PackageSlotsDoc {
     /// The package's `uuid`, else its `name`, else its index.
-    #[schema(value_type = Object)]
     pub package: serde_json::Value,
     /// Analytic count over the datacenter (an upper bound of `exact.slots`).
     pub slots: u64,
@@ -339,6 +354,8 @@ impl utoipa::Modify for BearerAuth {
     modifiers(&BearerAuth),
     components(schemas(
         StepsParam,
+        AllocateOrBatchResponse,
+        NoFitResponse,
         AllocateResponse,
         NoServersResponse,
         BatchResponse,

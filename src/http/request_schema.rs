@@ -74,8 +74,9 @@ pub fn schemas() -> Map<String, Value> {
         "AllocateRequest",
         json!({
             "type": "object",
-            "description": "`POST /allocate` body. `img` is accepted for `image`, `pkg` for `package`.",
+            "description": "`POST /allocate` body. `img` is accepted for `image`, `pkg` for `package`. A batch gives `vms` or `count`, not both.",
             "required": ["servers", "vm", "image"],
+            "not": { "required": ["vms", "count"] },
             "properties": {
                 "servers": {
                     "type": "array",
@@ -145,7 +146,7 @@ pub fn schemas() -> Map<String, Value> {
                             "description": "Packages (as in `/allocate`; `max_physical_memory` required): adds `packages` and `totals` to the answer, how many more VMs of each fit."
                         },
                         "vm": { "type": "object", "description": "The VM template for `packages` (brand, owner_uuid, traits, nic_tags, ...)." },
-                        "image": { "type": "object", "description": "The image for `packages` (type, image_size, files, requirements)." },
+                        "image": reference("Image"),
                         "exact": { "type": "boolean", "description": "Also count by placing VMs one after another with the whole chain." }
                     }
                 },
@@ -201,16 +202,16 @@ pub fn schemas() -> Map<String, Value> {
                 "traits": or_falsy(js_object("Traits the server must have.")),
                 "nic_tags": or_falsy(json!({ "type": "array", "items": { "type": "string" } })),
                 "nic_tag_requirements": reference("NicTagRequirements"),
-                "locality": or_falsy(json!({
-                    "type": "object",
-                    "description": "Near/far hints: VM uuids.",
+                "locality": {
+                    "type": ["object", "null"],
+                    "description": "Near/far hints: VM uuids (`\"\"`, `0` or `false` are refused).",
                     "properties": {
                         "near": reference("UuidOrUuids"),
                         "far": reference("UuidOrUuids"),
                         "strict": { "type": "boolean" }
                     }
-                })),
-                "affinity": or_falsy(json!({ "type": "array", "items": reference("AffinityRule") })),
+                },
+                "affinity": { "type": "array", "items": reference("AffinityRule"), "description": "Affinity rules (a falsy value is refused)." },
                 "internal_metadata": or_falsy(json!({
                     "type": ["object", "array"],
                     "properties": {
