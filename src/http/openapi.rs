@@ -61,7 +61,7 @@ pub struct BatchVmResult {
 #[derive(Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum AllocateOrBatchResponse {
-    One(AllocateResponse),
+    One(Box<AllocateResponse>),
     Batch(BatchResponse),
 }
 
