@@ -312,6 +312,11 @@ fn rows() -> Vec<Row> {
             Box::new(set(&["vm", "locality"], json!({"near": [["a3e2889c-795e-446b-9bd5-f6d2f09529af"]]}))),
             Invalid("vm", "VM \"locality.near\" contains an malformed UUID"),
         ),
+        (
+            "locality far an empty string (falsy: CNAPI let it through)",
+            Box::new(set(&["vm", "locality"], json!({"far": ""}))),
+            Invalid("vm", "VM \"locality.far\" is not a UUID"),
+        ),
         //   ... and from affinity resolved to a server's VM keys: the server leaves at the validity step.
         (
             "server VM keyed by a name",

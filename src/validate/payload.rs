@@ -330,10 +330,13 @@ pub fn validate_vm_extensions(vm: &VmPayload) -> Option<String> {
         return Some(r#"VM "owner_uuid" is not a valid UUID"#.into());
     }
     for name in ["near", "far"] {
-        if let Js::Arr(items) = vm.locality.get(name) {
-            if items.iter().any(|u| u.as_str().is_none()) {
+        match vm.locality.get(name) {
+            Js::Arr(items) if items.iter().any(|u| u.as_str().is_none()) => {
                 return Some(format!(r#"VM "locality.{name}" contains an malformed UUID"#));
             }
+            // `""` is falsy, so CNAPI let it through; the plugins then read it as a uuid.
+            Js::Str(s) if !is_uuid(s) => return Some(format!(r#"VM "locality.{name}" is not a UUID"#)),
+            _ => {}
         }
     }
     // Negative sizes are nonsense the original let through (they fit anywhere).
