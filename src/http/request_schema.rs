@@ -227,7 +227,8 @@ pub fn schemas() -> Map<String, Value> {
     );
     put(
         "UuidOrUuids",
-        or_falsy(json!({ "anyOf": [reference("Uuid"), { "type": "array", "items": reference("Uuid") }] })),
+        // Falsy values are read as none, but `""` is refused: the plugins would read it as a uuid.
+        json!({ "anyOf": [reference("Uuid"), { "type": "array", "items": reference("Uuid") }, { "enum": [null, false, 0] }] }),
     );
     put(
         "AffinityRule",
