@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{example_request, send, start};
-use serde_json::{json, Value};
+use common::{example_datacenter, send, start};
+use serde_json::Value;
 
 const JSON: (&str, &str) = ("Content-Type", "application/json");
 
@@ -27,21 +27,9 @@ fn gunzip(data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The example request with a seed, so that answers can be compared byte for byte.
+/// The example request at `copies` times its size, as bytes.
 fn request(copies: usize) -> Vec<u8> {
-    let mut req = example_request();
-    let servers = req["servers"].as_array().cloned().unwrap_or_default();
-    let mut many = Vec::new();
-    for i in 0..copies {
-        for (j, server) in servers.iter().enumerate() {
-            let mut server = server.clone();
-            server["uuid"] = json!(format!("{i:08x}-0000-4000-8000-{j:012x}"));
-            many.push(server);
-        }
-    }
-    req["servers"] = json!(many);
-    req["seed"] = json!(5);
-    serde_json::to_vec(&req).expect("body")
+    serde_json::to_vec(&example_datacenter(copies, 5)).expect("body")
 }
 
 async fn post(addr: SocketAddr, headers: &[(&str, &str)], body: &[u8]) -> common::Reply {

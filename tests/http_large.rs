@@ -3,25 +3,13 @@
 
 mod common;
 
-use common::{example_request, send, start};
+use common::{example_datacenter, send, start};
 use dapi::engine::StepsFormat;
 use serde_json::{json, Value};
 
 /// The example request with its servers repeated `copies` times under new uuids.
 fn datacenter(copies: usize) -> Value {
-    let mut req = example_request();
-    let servers = req["servers"].as_array().cloned().unwrap_or_default();
-    let mut many = Vec::new();
-    for i in 0..copies {
-        for (j, server) in servers.iter().enumerate() {
-            let mut server = server.clone();
-            server["uuid"] = json!(format!("{i:08x}-0000-4000-8000-{j:012x}"));
-            many.push(server);
-        }
-    }
-    req["servers"] = json!(many);
-    req["seed"] = json!(11);
-    req
+    example_datacenter(copies, 11)
 }
 
 /// What the engine answers, written whole.

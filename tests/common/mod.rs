@@ -115,6 +115,24 @@ pub fn example_request() -> serde_json::Value {
     serde_json::from_str(&text).expect("example is JSON")
 }
 
+/// The example request with its servers repeated `copies` times under new uuids, and a
+/// `seed` so that answers can be compared byte for byte.
+pub fn example_datacenter(copies: usize, seed: u64) -> serde_json::Value {
+    let mut req = example_request();
+    let servers = req["servers"].as_array().cloned().unwrap_or_default();
+    let mut many = Vec::new();
+    for i in 0..copies {
+        for (j, server) in servers.iter().enumerate() {
+            let mut server = server.clone();
+            server["uuid"] = serde_json::json!(format!("{i:08x}-0000-4000-8000-{j:012x}"));
+            many.push(server);
+        }
+    }
+    req["servers"] = serde_json::json!(many);
+    req["seed"] = serde_json::json!(seed);
+    req
+}
+
 /// The vendored recorded cases (`tests/conformance/cases`), in file-name order.
 pub fn recorded_cases() -> Vec<serde_json::Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/cases");
