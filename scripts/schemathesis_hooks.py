@@ -3,7 +3,8 @@
 Some of dapi's (CNAPI's) checks span several fields or need a regex engine, and cannot be
 written in JSON Schema. Generated bodies that break them are dropped instead of being counted
 as valid requests dapi refuses:
-* `vm.ram` (each VM's, in a batch) must lie within `image.requirements.min_ram`/`max_ram`;
+* `vm.ram` (each VM's, in a batch) must lie within its image's `requirements.min_ram`/`max_ram`
+  (a batch VM's own `image`, else the body's `image`, else `img`);
 * the VMs of a batch (`vms`) have distinct `vm_uuid`s;
 * a `re` affinity value must compile in XRegExp's dialect (tested by unit tests and the
   `affinity` fuzz target instead: bodies with one are dropped here).
@@ -16,11 +17,22 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _image(holder):
+    """The image a body (or a batch VM) carries: `image`, else `img`, as dapi reads them."""
+    for key in ("image", "img"):
+        if holder.get(key) is not None:
+            return holder[key]
+    return None
+
+
 def _vms(body):
-    vms = [body.get("vm")]
+    """Each VM with the image it is checked against: a batch VM's own image, else the body's."""
+    shared = _image(body)
+    pairs = [(body.get("vm"), shared)]
     if isinstance(body.get("vms"), list):
-        vms += body["vms"]
-    return [vm for vm in vms if isinstance(vm, dict)]
+        pairs += [(vm, _image(vm) if isinstance(vm, dict) and vm.get("image") is not None else shared)
+                  for vm in body["vms"]]
+    return [(vm, image) for vm, image in pairs if isinstance(vm, dict)]
 
 
 def _distinct_batch_uuids(body):
@@ -29,16 +41,15 @@ def _distinct_batch_uuids(body):
 
 
 def _no_regex_affinity(body):
-    for vm in _vms(body):
+    for vm, _ in _vms(body):
         rules = vm.get("affinity")
         if isinstance(rules, list) and any(isinstance(r, dict) and r.get("valueType") == "re" for r in rules):
             return False
     return True
 
 
-def _ram_within_requirements(body, vm):
-    image = body.get("image") or body.get("img")
-    if not isinstance(image, dict) or not isinstance(vm, dict):
+def _ram_within_requirements(vm, image):
+    if not isinstance(image, dict):
         return True
     requirements = image.get("requirements")
     ram = vm.get("ram")
@@ -58,7 +69,7 @@ def filter_body(ctx, body):
     if not isinstance(body, dict):
         return True
     return (
-        all(_ram_within_requirements(body, vm) for vm in _vms(body))
+        all(_ram_within_requirements(vm, image) for vm, image in _vms(body))
         and _distinct_batch_uuids(body)
         and _no_regex_affinity(body)
     )
