@@ -376,8 +376,7 @@ mod tests {
 
     #[test]
     fn snippets_that_are_not_javascript_are_configuration_errors() {
-        for bad in
-            ["sdasd ++", "server.x ===", "(server.x", "server.x server.y", "'unterminated", "1 }; (function () {"]
+        for bad in ["sdasd +", "server.x ===", "(server.x", "server.x server.y", "'unterminated", "1 }; (function () {"]
         {
             let config = Js::from_json(&json!({ OWNER: bad }));
             let err = OwnerFilters::compile(&config).expect_err(bad);
