@@ -132,10 +132,12 @@ pub struct Limits {
     /// and `/openapi.json` (anything else gets 503), one request each, so that health
     /// checks still get in when every ordinary connection is taken. 0: no reserve.
     pub health_connections: usize,
-    /// Longest one call of a custom plugin may run (then the allocation fails with 500).
+    /// Longest one call of a custom plugin may run (then the allocation fails with 500), and
+    /// one `filter_owner_server` snippet's pass over the servers (then the step fails with
+    /// `Error running filter ...`).
     pub plugin_timeout_ms: u64,
     /// Memory the JavaScript engine of custom plugins may hold on one thread (code, module
-    /// state, and the servers of the call).
+    /// state, and the servers of the call); the owner filters' engine has as much again.
     pub plugin_memory_bytes: usize,
 }
 
@@ -361,23 +363,30 @@ impl ServiceConfig {
 
     /// The plugins a chain may name: the built-in ones and those of `plugins_dir`.
     pub fn registry(&self) -> Result<(Registry, Option<Arc<CustomSet>>), ConfigError> {
-        let budget = Budget {
+        let dir = self.plugins_dir.as_ref();
+        crate::registry::with_custom(dir.map(|(d, _)| d.as_path()), self.script_budget()).map_err(|message| {
+            ConfigError::Invalid {
+                source: dir.map_or(Source::BuiltIn, |(_, s)| s.clone()),
+                key: "plugins_dir".into(),
+                message,
+            }
+        })
+    }
+
+    /// What one call of operators' JavaScript may use (custom plugins, owner filters).
+    fn script_budget(&self) -> Budget {
+        Budget {
             time: std::time::Duration::from_millis(self.limits.plugin_timeout_ms),
             memory_bytes: self.limits.plugin_memory_bytes,
-        };
-        let dir = self.plugins_dir.as_ref();
-        crate::registry::with_custom(dir.map(|(d, _)| d.as_path()), budget).map_err(|message| ConfigError::Invalid {
-            source: dir.map_or(Source::BuiltIn, |(_, s)| s.clone()),
-            key: "plugins_dir".into(),
-            message,
-        })
+        }
     }
 
     /// The engine, and the custom plugins it was built with (loaded once, here).
     pub fn engine_and_plugins(&self) -> Result<(Engine, Option<Arc<CustomSet>>), ConfigError> {
         let (registry, custom) = self.registry()?;
-        let engine = build_engine(&self.allocation_description, &self.defaults, &registry)
+        let mut engine = build_engine(&self.allocation_description, &self.defaults, &registry)
             .map_err(|message| ConfigError::Engine { source: self.blame(&registry), message })?;
+        engine.set_script_budget(self.script_budget());
         for warning in engine.warnings() {
             tracing::warn!("allocation description: {warning}");
         }

@@ -120,6 +120,12 @@ impl Engine {
         &self.warnings
     }
 
+    /// The time and memory budget of each `filter_owner_server` snippet's pass over the
+    /// servers (the config's `limits.plugin_*`; the sandbox's default until set).
+    pub fn set_script_budget(&mut self, budget: crate::js::sandbox::Budget) {
+        self.defaults.owner_filters.set_budget(budget);
+    }
+
     pub fn defaults(&self) -> &Defaults {
         &self.defaults
     }

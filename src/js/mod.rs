@@ -11,8 +11,10 @@
 //! * [`date`]: `new Date(text)` for ISO strings and `toISOString()` (the reboot scorers).
 //! * [`regex`]: JavaScript regular expressions (`re` affinities) translated to the `regex`
 //!   crate's dialect and compiled with bounded size.
-//! * [`owner_filter`]: the small expression language of `filter_owner_server` snippets,
-//!   evaluated against a server with JavaScript semantics.
+//! * [`sandbox`]: the embedded QuickJS that runs operators' code (custom plugins, owner
+//!   filters) under a time and memory budget; [`present`]: the servers as that code sees
+//!   them; [`owner_filter`]: `filter_owner_server` snippets compiled and run in it as the
+//!   original ran them.
 //!
 //! Step reasons are a JavaScript object in the original (insertion order; a repeated key keeps
 //! its first place and takes the last message): `engine::reasons` keeps exactly that, in a
@@ -20,6 +22,7 @@
 
 pub mod date;
 pub mod owner_filter;
+pub mod present;
 pub mod regex;
 mod regex_blocks;
 pub mod sandbox;

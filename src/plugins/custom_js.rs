@@ -26,12 +26,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use rquickjs::{Ctx, FromJs, Function, Object, Persistent};
-use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
+use crate::js::present::{Presented, PRESENT_JS};
 use crate::js::sandbox::{Budget, Failure, Sandbox};
-use crate::js::Js;
+use crate::plugins::shared::js_servers;
 
 /// One loaded file.
 #[derive(Debug)]
@@ -202,8 +202,7 @@ impl Plugin for CustomJs {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let shells = Shells::of(req, servers);
-        let patches = patches_json(req, servers);
+        let presented = js_servers::present(req, servers);
         let opts = opts_json(req);
         let answer = LOADED.with(|cell| {
             let mut slot = cell.borrow_mut();
@@ -214,7 +213,7 @@ impl Plugin for CustomJs {
                 *slot = Some(loaded);
             }
             let Some(loaded) = slot.as_ref() else { return Err(self.fail("could not be loaded")) };
-            let result = call(loaded, &self.file().lookup, &shells, &patches, &opts);
+            let result = call(loaded, &self.file().lookup, &presented, &opts);
             if result.is_err() {
                 // Whatever the failed call left half-done goes with the sandbox.
                 *slot = None;
@@ -290,26 +289,19 @@ fn load_in<'js>(ctx: &Ctx<'js>, driver: &Object<'js>, file: &CustomFile) -> rqui
 
 /// The driver: loads modules, presents the servers, collects the answer.
 fn driver<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Object<'js>> {
-    let value = Sandbox::eval_script(ctx, "dapi-driver.js", DRIVER)?;
-    Object::from_js(ctx, value)
+    let present = Sandbox::eval_script(ctx, "dapi-present.js", PRESENT_JS)?;
+    let factory = Function::from_js(ctx, Sandbox::eval_script(ctx, "dapi-driver.js", DRIVER)?)?;
+    factory.call((present,))
 }
 
 /// A call: `start`, then promise jobs and timers until the plugin has called back.
-fn call(loaded: &Loaded, lookup: &str, servers: &Shells<'_>, patches: &str, opts: &str) -> Result<Answer, Failure> {
+fn call(loaded: &Loaded, lookup: &str, servers: &Presented<'_>, opts: &str) -> Result<Answer, Failure> {
     let sandbox = &loaded.sandbox;
     let state = sandbox.call(|ctx| {
         let d = loaded.driver.clone().restore(ctx)?;
         let start: Function = d.get("start")?;
-        let lazy = rquickjs::Array::new(ctx.clone())?;
-        for (i, members) in servers.lazy.iter().enumerate() {
-            let flat = rquickjs::Array::new(ctx.clone())?;
-            for (j, (key, raw)) in members.iter().enumerate() {
-                flat.set(2 * j, key.as_str())?;
-                flat.set(2 * j + 1, *raw)?;
-            }
-            lazy.set(i, flat)?;
-        }
-        let state: Object = start.call((lookup, servers.json.as_str(), lazy, patches, opts))?;
+        let (json, lazy, patches) = servers.arguments(ctx)?;
+        let state: Object = start.call((lookup, json, lazy, patches, opts))?;
         Ok(Persistent::save(ctx, state))
     })?;
     sandbox.start_clock();
@@ -348,145 +340,6 @@ fn call(loaded: &Loaded, lookup: &str, servers: &Shells<'_>, patches: &str, opts
         });
     }
     Ok(answer)
-}
-
-/// The servers as received, split for the driver: each server's scalar members as JSON
-/// (`json`, one array), and the JSON text of its object and array members (`lazy`), which the
-/// driver parses only when a plugin reads them. Most plugins read a few scalars of each
-/// server; parsing every server's VMs and sysinfo would cost far more than the plugin.
-struct Shells<'a> {
-    json: String,
-    lazy: Vec<Vec<(String, &'a str)>>,
-}
-
-impl<'a> Shells<'a> {
-    fn of(req: &Request<'a>, servers: &[ServerId]) -> Shells<'a> {
-        let size: usize = servers.iter().map(|&id| req.raw_servers.get(id).map_or(2, |r| r.len() / 8) + 1).sum();
-        let mut json = String::with_capacity(size + 2);
-        let mut lazy = Vec::with_capacity(servers.len());
-        json.push('[');
-        for (n, &id) in servers.iter().enumerate() {
-            if n > 0 {
-                json.push(',');
-            }
-            let members = req.raw_servers.get(id).and_then(|raw| {
-                serde_json::from_str::<indexmap::IndexMap<std::borrow::Cow<'a, str>, &'a RawValue>>(raw).ok()
-            });
-            let Some(members) = members else {
-                // Callers without the raw text (tests): the typed server's uuid.
-                json.push_str(&serde_json::json!({"uuid": req.server(id).uuid.to_json()}).to_string());
-                lazy.push(Vec::new());
-                continue;
-            };
-            let mut deferred = Vec::new();
-            json.push('{');
-            for (m, (key, value)) in members.iter().enumerate() {
-                if m > 0 {
-                    json.push(',');
-                }
-                let text = value.get();
-                json.push_str(&serde_json::to_string(key.as_ref()).unwrap_or_default());
-                json.push(':');
-                if text.starts_with('{') || text.starts_with('[') {
-                    // A placeholder keeps the member's place among the others.
-                    json.push('0');
-                    deferred.push((key.to_string(), text));
-                } else {
-                    json.push_str(text);
-                }
-            }
-            json.push('}');
-            lazy.push(deferred);
-        }
-        json.push(']');
-        Shells { json, lazy }
-    }
-}
-
-/// What earlier plugins wrote on each server, for the driver to apply in the original's
-/// order: `score`, or `[score, ticket VMs, zone quota added, zvol added, ratios, unreserved]`.
-fn patches_json(req: &Request<'_>, servers: &[ServerId]) -> String {
-    use std::fmt::Write;
-    let num = |out: &mut String, n: f64| {
-        // JSON has no NaN or infinities; the driver reads null as NaN.
-        if n.is_finite() {
-            let _ = write!(out, "{n}");
-        } else {
-            out.push_str("null");
-        }
-    };
-    let mut out = String::with_capacity(servers.len() * 48 + 2);
-    // Servers share one replacement of their ratios: its JSON is made once.
-    let mut ratios_json: Option<(*const Js, String)> = None;
-    out.push('[');
-    for (n, &id) in servers.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        let state = req.state(id);
-        if state.ticket_vms.is_empty() && state.ratios.is_none() && state.unreserved.is_none() {
-            num(&mut out, state.score);
-            continue;
-        }
-        out.push('[');
-        num(&mut out, state.score);
-        out.push_str(",[");
-        for (i, (key, vm)) in state.ticket_vms.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let mut o = serde_json::Map::new();
-            let mut put = |k: &str, v: Js| {
-                if !v.is_undefined() {
-                    o.insert(k.into(), v.to_json());
-                }
-            };
-            put("uuid", vm.uuid().to_js());
-            put("owner_uuid", vm.owner_uuid().to_js());
-            put("max_physical_memory", vm.max_physical_memory_mib().to_js());
-            put("cpu_cap", vm.cpu_cap_pct().to_js());
-            put("quota", vm.quota_gib().to_js());
-            put("brand", vm.brand().to_js());
-            put("zone_state", Js::str("running"));
-            put("state", vm.state().to_js());
-            out.push_str(&serde_json::json!([key.as_ref(), o]).to_string());
-        }
-        out.push_str("],");
-        num(&mut out, state.zone_quota_added_bytes);
-        out.push(',');
-        num(&mut out, state.kvm_zvol_added_bytes);
-        out.push(',');
-        match state.ratios.as_deref() {
-            Some(ratios) => {
-                let ptr: *const Js = ratios;
-                match &ratios_json {
-                    Some((p, text)) if *p == ptr => out.push_str(text),
-                    _ => {
-                        let text = ratios.to_json().to_string();
-                        out.push_str(&text);
-                        ratios_json = Some((ptr, text));
-                    }
-                }
-            }
-            None => out.push_str("null"),
-        }
-        out.push(',');
-        match state.unreserved {
-            Some(u) => {
-                out.push('[');
-                num(&mut out, u.cpu_pct);
-                out.push(',');
-                num(&mut out, u.ram_mib);
-                out.push(',');
-                num(&mut out, u.disk_mib);
-                out.push(']');
-            }
-            None => out.push_str("null"),
-        }
-        out.push(']');
-    }
-    out.push(']');
-    out
 }
 
 /// `{vm, img, pkg, tickets, defaults}` as the original's `opts`.
@@ -542,7 +395,7 @@ fn opts_json(req: &Request<'_>) -> String {
 }
 
 /// The JavaScript side: module loading, the servers as objects, the callback, the answer.
-const DRIVER: &str = r#"(function () {
+const DRIVER: &str = r#"(function (present) {
 'use strict';
 var ID = Symbol('dapi server');
 var plugins = Object.create(null);
@@ -571,61 +424,9 @@ function load(lookup, factory) {
         run: ok && typeof e.run === 'function'
     };
 }
-function settle(obj, key, value) {
-    Object.defineProperty(obj, key, { value: value, writable: true, enumerable: true, configurable: true });
-}
-// A member parsed on first read (or replaced on first write), in its place among the others.
-// One accessor per member name, shared by every server (the texts are on the server, under
-// RAW), so that nothing refers back to a server and freeing one needs no cycle collection.
-var RAW = Symbol('dapi raw members');
-var accessors = Object.create(null);
-function accessor(key) {
-    var a = accessors[key];
-    if (a === undefined) {
-        a = accessors[key] = {
-            enumerable: true,
-            configurable: true,
-            get: function () {
-                var m = this[RAW], v;
-                for (var i = 0; i < m.length; i += 2) {
-                    if (m[i] === key) { v = JSON.parse(m[i + 1]); break; }
-                }
-                settle(this, key, v);
-                return v;
-            },
-            set: function (v) { settle(this, key, v); }
-        };
-    }
-    return a;
-}
 function start(lookup, serversJson, lazy, patchesJson, optsJson) {
-    var servers = JSON.parse(serversJson);
-    var patches = JSON.parse(patchesJson);
-    for (var i = 0; i < servers.length; i++) {
-        var s = servers[i], p = patches[i], members = lazy[i];
-        if (members.length > 0) {
-            Object.defineProperty(s, RAW, { value: members });
-            for (var m = 0; m < members.length; m += 2) Object.defineProperty(s, members[m], accessor(members[m]));
-        }
-        Object.defineProperty(s, ID, { value: i });
-        if (typeof p === 'number' || p === null) {
-            s.score = p === null ? NaN : p;
-            continue;
-        }
-        s.score = p[0] === null ? NaN : p[0];
-        if (p[1].length > 0) {
-            if (!s.vms) s.vms = {};
-            for (var t = 0; t < p[1].length; t++) s.vms[p[1][t][0]] = p[1][t][1];
-            s.disk_zone_quota_bytes += p[2];
-            if (p[3] !== 0) s.disk_kvm_zvol_volsize_bytes += p[3];
-        }
-        if (p[4] !== null) s.overprovision_ratios = p[4];
-        if (p[5] !== null) {
-            s.unreserved_cpu = p[5][0];
-            s.unreserved_ram = p[5][1];
-            s.unreserved_disk = p[5][2];
-        }
-    }
+    var servers = present(serversJson, lazy, patchesJson);
+    for (var i = 0; i < servers.length; i++) Object.defineProperty(servers[i], ID, { value: i });
     var opts = JSON.parse(optsJson);
     opts.log = log;
     var state = { done: false, twice: false, err: null, out: null, reasons: null };
@@ -671,4 +472,4 @@ function finish(state) {
     return JSON.stringify({ ids: ids, scores: scores, reasons: reasons });
 }
 return { load: load, start: start, tick: tick, finish: finish };
-})()"#;
+})"#;

@@ -1,21 +1,24 @@
-//! `hard-filter-owners-servers`: operator-written `filter_owner_server` expressions reserve
+//! `hard-filter-owners-servers`: operator-written `filter_owner_server` snippets reserve
 //! servers for owners. An owner with a filter gets only the servers it accepts; any other
 //! owner loses every server that some owner's filter accepts.
 //!
-//! Filters are compiled once with the defaults (see [`OwnerFilters`]); a filter that fails
-//! at run time (reading a property of `undefined`) empties the list with an
-//! `Error running filter ...` reason, as in the original.
+//! Snippets are JavaScript, compiled once with the defaults and run in the sandbox (see
+//! [`OwnerFilters`]). A snippet that throws on any server, or runs out of its time or
+//! memory budget (where the original would have hung), empties the list with an
+//! `Error running filter ...` reason, as the original did for a throw; the failure itself
+//! is logged (`warn`).
 //!
-//! Filters read the server as the original saw it at this point of the chain: the JSON the
-//! caller sent plus what earlier steps wrote onto it (`score`, replaced `overprovision_ratios`,
-//! `unreserved_*`, disk totals grown by ticketed VMs). VMs added from tickets are not shown in
-//! `server.vms`. Only servers a filter is run on are parsed, once per run.
+//! Snippets read the servers as the original's did at this point of the chain: the JSON the
+//! caller sent plus what earlier steps wrote onto it (`score`, VMs from open tickets and the
+//! quota they add, replaced `overprovision_ratios`, `unreserved_*`); every snippet of one
+//! run reads the same objects. What a snippet changes on them is not seen by later plugins.
 
 use std::collections::HashMap;
 
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::owner_filter::{OwnerFilter, OwnerFilters};
-use crate::js::Js;
+use crate::js::sandbox::Failure;
+use crate::plugins::shared::js_servers;
 
 pub struct HardFilterOwnersServers;
 
@@ -41,15 +44,21 @@ impl Plugin for HardFilterOwnersServers {
             reasons.skip("No filter_owner_server default to run");
             return Ok(servers.to_vec());
         }
-        let views = servers.iter().map(|&id| server_view(req, id)).collect::<Result<Vec<_>, _>>()?;
         let owner = req.vm.owner_uuid.to_js_string();
-        if let Some(filter) = filters.get(&owner).filter(|f| f.truthy) {
-            return Ok(match accepted(filter, servers, &views) {
-                Some(kept) => {
+        let own = filters.get(&owner).filter(|f| f.truthy);
+        let which: Vec<&OwnerFilter> = match own {
+            Some(filter) => vec![filter],
+            None => filters.iter().collect(),
+        };
+        let outcomes = run_filters(req, filters, servers, &which)?;
+        if let Some(filter) = own {
+            return Ok(match outcomes.into_iter().next() {
+                Some(Ok(kept)) => {
                     reasons.all(format!("Servers pass filter for owner {owner}: {}", filter.source));
-                    kept
+                    kept.into_iter().filter_map(|i| servers.get(i).copied()).collect()
                 }
-                None => {
+                failed => {
+                    report(filter, failed);
                     reasons.all(format!("Error running filter for owner {owner}: {}", filter.source));
                     Vec::new()
                 }
@@ -57,12 +66,17 @@ impl Plugin for HardFilterOwnersServers {
         }
         // Server key (String(uuid)) → the last owner, in key order, whose filter accepts it.
         let mut claimed: HashMap<String, &str> = HashMap::new();
-        for filter in filters.iter() {
-            let Some(kept) = accepted(filter, servers, &views) else {
-                reasons.all(format!("Error running filter for owner {}: {}", filter.owner, filter.source));
-                return Ok(Vec::new());
+        let mut outcomes = outcomes.into_iter();
+        for filter in which {
+            let kept = match outcomes.next() {
+                Some(Ok(kept)) => kept,
+                failed => {
+                    report(filter, failed);
+                    reasons.all(format!("Error running filter for owner {}: {}", filter.owner, filter.source));
+                    return Ok(Vec::new());
+                }
             };
-            for id in kept {
+            for id in kept.into_iter().filter_map(|i| servers.get(i).copied()) {
                 claimed.insert(req.key(id).to_string(), &filter.owner);
             }
         }
@@ -78,54 +92,35 @@ impl Plugin for HardFilterOwnersServers {
     }
 }
 
-/// The servers the filter accepts, in order; `None` when it throws on any of them.
-fn accepted(filter: &OwnerFilter, servers: &[ServerId], views: &[Js]) -> Option<Vec<ServerId>> {
-    let mut kept = Vec::new();
-    for (&id, view) in servers.iter().zip(views) {
-        if filter.matches(view).ok()? {
-            kept.push(id);
-        }
+/// Each filter's outcome in turn, ending at the first that failed. With no servers no
+/// snippet runs (as `[].filter(fn)` calls nothing).
+fn run_filters(
+    req: &Request<'_>,
+    filters: &OwnerFilters,
+    servers: &[ServerId],
+    which: &[&OwnerFilter],
+) -> Result<Vec<Result<Vec<usize>, Failure>>, PluginError> {
+    if servers.is_empty() || which.is_empty() {
+        return Ok(which.iter().map(|_| Ok(Vec::new())).collect());
     }
-    Some(kept)
+    let presented = js_servers::present(req, servers);
+    filters.run(&presented, which).map_err(|e| PluginError(format!("owner filters could not be run: {e}")))
 }
 
-/// The server object as the original's filters saw it: the received JSON, with what the
-/// allocation has written onto it so far.
-fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
-    let raw = req
-        .raw_servers
-        .get(id)
-        .ok_or_else(|| PluginError(format!("the JSON of server {} is not available to owner filters", req.key(id))))?;
-    let mut view: Js = serde_json::from_str(raw)
-        .map_err(|e| PluginError(format!("the JSON of server {} cannot be read: {e}", req.key(id))))?;
-    let Js::Obj(obj) = &mut view else { return Ok(view) };
-    let server = req.server(id);
-    let state = req.state(id);
-    // The allocator starts every server at score 0.
-    obj.insert("score".into(), Js::Num(state.score));
-    if let Some(ratios) = &state.ratios {
-        obj.insert("overprovision_ratios".into(), (**ratios).clone());
-    }
-    if state.zone_quota_added_bytes != 0.0 {
-        let total = server.disk_zone_quota_bytes.num() + state.zone_quota_added_bytes;
-        obj.insert("disk_zone_quota_bytes".into(), Js::Num(total));
-    }
-    if state.kvm_zvol_added_bytes != 0.0 {
-        let total = server.disk_kvm_zvol_volsize_bytes.num() + state.kvm_zvol_added_bytes;
-        obj.insert("disk_kvm_zvol_volsize_bytes".into(), Js::Num(total));
-    }
-    if let Some(u) = state.unreserved {
-        obj.insert("unreserved_cpu".into(), Js::Num(u.cpu_pct));
-        obj.insert("unreserved_ram".into(), Js::Num(u.ram_mib));
-        obj.insert("unreserved_disk".into(), Js::Num(u.disk_mib));
-    }
-    Ok(view)
+/// Logs why a snippet failed (the step's reason quotes only the snippet, as the original's).
+fn report(filter: &OwnerFilter, failed: Option<Result<Vec<usize>, Failure>>) {
+    let why = match failed {
+        Some(Err(failure)) => failure.to_string(),
+        _ => "gave no answer".to_string(),
+    };
+    tracing::warn!(owner = %filter.owner, "Error running filter for owner {}: {}: {why}", filter.owner, filter.source);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::engine::Unreserved;
+    use crate::js::Js;
     use crate::plugins::testing::{run_on, server, with, Fixture};
     use serde_json::{json, Value};
 
