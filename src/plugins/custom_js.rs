@@ -370,7 +370,7 @@ impl<'a> Shells<'a> {
                 json.push(',');
             }
             let members = req.raw_servers.get(id).and_then(|raw| {
-                serde_json::from_str::<indexmap::IndexMap<std::borrow::Cow<'a, str>, &'a RawValue>>(raw).ok()
+                crate::js::json::from_str::<indexmap::IndexMap<std::borrow::Cow<'a, str>, &'a RawValue>>(raw).ok()
             });
             let Some(members) = members else {
                 // Callers without the raw text (tests): the typed server's uuid.
@@ -385,7 +385,7 @@ impl<'a> Shells<'a> {
                     json.push(',');
                 }
                 let text = value.get();
-                json.push_str(&serde_json::to_string(key.as_ref()).unwrap_or_default());
+                json.push_str(&stringify(key.as_ref()));
                 json.push(':');
                 if text.starts_with('{') || text.starts_with('[') {
                     // A placeholder keeps the member's place among the others.
@@ -491,7 +491,7 @@ fn patches_json(req: &Request<'_>, servers: &[ServerId]) -> String {
 
 /// `{vm, img, pkg, tickets, defaults}` as the original's `opts`.
 fn opts_json(req: &Request<'_>) -> String {
-    let parse = |raw: Option<&str>| raw.and_then(|r| serde_json::from_str::<Value>(r).ok());
+    let parse = |raw: Option<&str>| raw.and_then(|r| crate::js::json::from_str::<Value>(r).ok());
     let mut vm = parse(req.raw_params.vm).unwrap_or_else(|| Value::Object(Default::default()));
     if let Value::Object(o) = &mut vm {
         // What the typed VM took from the request's top level, and what plugins changed.
@@ -538,7 +538,7 @@ fn opts_json(req: &Request<'_>) -> String {
     }
     opts.insert("tickets".into(), tickets);
     opts.insert("defaults".into(), req.defaults.json.clone());
-    Value::Object(opts).to_string()
+    stringify(&Value::Object(opts))
 }
 
 /// The JavaScript side: module loading, the servers as objects, the callback, the answer.
@@ -672,3 +672,9 @@ function finish(state) {
 }
 return { load: load, start: start, tick: tick, finish: finish };
 })()"#;
+
+/// `JSON.stringify(value)`: the JSON text handed to the sandbox, lone surrogates written back
+/// as the escapes `JSON.parse` read them from.
+fn stringify<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    crate::js::json::to_vec(value).ok().and_then(|bytes| String::from_utf8(bytes).ok()).unwrap_or_default()
+}

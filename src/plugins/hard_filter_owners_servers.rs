@@ -96,7 +96,7 @@ fn server_view(req: &Request<'_>, id: ServerId) -> Result<Js, PluginError> {
         .raw_servers
         .get(id)
         .ok_or_else(|| PluginError(format!("the JSON of server {} is not available to owner filters", req.key(id))))?;
-    let mut view: Js = serde_json::from_str(raw)
+    let mut view: Js = crate::js::json::from_str(raw)
         .map_err(|e| PluginError(format!("the JSON of server {} cannot be read: {e}", req.key(id))))?;
     let Js::Obj(obj) = &mut view else { return Ok(view) };
     let server = req.server(id);
