@@ -151,7 +151,11 @@ fn rows() -> Vec<Row> {
             Invalid("vm", "VM \"ram\" must not be negative"),
         ),
         // Read as JSON.parse reads it (Infinity): a number, not negative, and it fits nowhere.
-        ("vm ram beyond f64", Box::new(set(&["vm", "ram"], json!(123_456_789))), Status(409, "no servers with enough unreserved RAM")),
+        (
+            "vm ram beyond f64",
+            Box::new(set(&["vm", "ram"], json!(123_456_789))),
+            Status(409, "no servers with enough unreserved RAM"),
+        ),
         (
             "vm owner not a uuid",
             Box::new(set(&["vm", "owner_uuid"], json!("bob"))),

@@ -93,7 +93,7 @@ async fn a_lone_surrogate_in_a_vm_alias_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vms_key_with_a_lone_surrogate_is_named_in_the_servers_reason() {
     // dapi's check (the original kept such a server): its reason quotes the key, escaped.
-    let mut req = example_request();
+    let req = example_request();
     let key = req["servers"][0]["vms"].as_object().and_then(|m| m.keys().next().cloned()).expect("a VM");
     let server = req["servers"][0]["uuid"].as_str().unwrap_or_default().to_string();
     let from = format!(r#""{key}":{{"#);
