@@ -330,7 +330,7 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<Capacit
         answer["totals"] = crate::capacity::totals(engine, &servers);
         answer["packages"] = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
     }
-    let body = serde_json::to_vec(&answer).map_err(|e| AnswerError::Internal(e.to_string()))?;
+    let body = crate::js::json::to_vec(&answer).map_err(|e| AnswerError::Internal(e.to_string()))?;
     Ok(CapacityAnswer { servers: servers.len(), body })
 }
 

@@ -85,7 +85,7 @@ fn read_object<T: serde::de::DeserializeOwned>(field: &str, raw: &RawValue) -> R
     if t != ParamType::Object {
         return Err(invalid(field, format!("value is not an object. (was: {})", t.tag())));
     }
-    serde_json::from_str(raw.get()).map_err(|e| invalid(field, format!("cannot be read: {e}")))
+    crate::js::json::from_str(raw.get()).map_err(|e| invalid(field, format!("cannot be read: {e}")))
 }
 
 /// A VM's uuid: its `vm_uuid`, else its `uuid`, else a new one (written into `vm_uuid`).
@@ -105,7 +105,7 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
     let fields = request.batch;
     let count = match (count, fields.count) {
         (Some(n), _) => Some(n as f64),
-        (None, Some(raw)) => match serde_json::from_str::<f64>(raw.get()) {
+        (None, Some(raw)) => match crate::js::json::from_str::<f64>(raw.get()) {
             Ok(n) => Some(n),
             Err(_) => return Err(invalid("count", "must be a whole number from 1 to 1000")),
         },

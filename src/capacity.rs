@@ -68,7 +68,11 @@ pub struct PackageQuery {
 /// Reads `packages`, `vm`, `image` and `exact` from a capacity body; `None` when it has no
 /// `packages`. Each bad entry is a 422 naming its field.
 pub fn package_query(body: &[u8]) -> Result<Option<PackageQuery>, Vec<FieldError>> {
-    let Ok(Value::Object(top)) = serde_json::from_slice::<Value>(body) else { return Ok(None) };
+    let Ok(Value::Object(top)) =
+        std::str::from_utf8(body).map_err(|_| ()).and_then(|t| crate::js::json::from_str::<Value>(t).map_err(|_| ()))
+    else {
+        return Ok(None);
+    };
     let Some(packages) = top.get("packages") else { return Ok(None) };
     let mut errors = Vec::new();
     let Value::Array(list) = packages else {

@@ -365,8 +365,10 @@ fn run(command: Command) -> Result<(), CliError> {
             if packages.is_empty() || json {
                 return print(answer.body);
             }
-            let value: serde_json::Value = serde_json::from_slice(&answer.body)
+            let text = std::str::from_utf8(&answer.body)
                 .map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?;
+            let value: serde_json::Value =
+                crate::js::json::from_str(text).map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?;
             print(crate::capacity::table(&value).into_bytes())
         }
         Command::Plugins { config, json } => {
@@ -383,8 +385,12 @@ fn run(command: Command) -> Result<(), CliError> {
 fn package_body(servers: &[u8], packages: &[PathBuf], vm: Option<&Path>, exact: bool) -> Result<Vec<u8>, CliError> {
     use serde_json::Value;
     let json = |input: &Path, bytes: &[u8]| -> Result<Value, CliError> {
-        serde_json::from_slice(bytes)
-            .map_err(|e| CliError::Answer(AnswerError::Malformed(format!("{} is not JSON: {e}", input.display()))))
+        let not_json = |e: &dyn std::fmt::Display| {
+            CliError::Answer(AnswerError::Malformed(format!("{} is not JSON: {e}", input.display())))
+        };
+        // Read as JSON.parse reads it, as the body it becomes will be.
+        let text = std::str::from_utf8(bytes).map_err(|e| not_json(&e))?;
+        crate::js::json::from_str(text).map_err(|e| not_json(&e))
     };
     let servers = match json(Path::new("SERVERS"), servers)? {
         Value::Object(mut top) => top.remove("servers").unwrap_or(Value::Null),

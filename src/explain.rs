@@ -402,7 +402,7 @@ pub fn append_to_answer(out: &mut Vec<u8>, explain: &Explain) -> serde_json::Res
         out.pop();
     }
     out.extend_from_slice(b",\"explain\":");
-    serde_json::to_writer(&mut *out, explain)?;
+    crate::js::json::to_writer(&mut *out, explain)?;
     out.push(b'}');
     Ok(())
 }

@@ -199,7 +199,9 @@ impl<'a> Datacenter<'a> {
     fn rewrite_json(&mut self, id: ServerId, uuid: &str, vm: Option<serde_json::Value>) {
         let Some(&raw) = self.raw_servers.get(id) else { return };
         let text = self.rewritten.get(&id).map_or(raw, String::as_str);
-        let Ok(serde_json::Value::Object(mut server)) = serde_json::from_str::<serde_json::Value>(text) else { return };
+        let Ok(serde_json::Value::Object(mut server)) = crate::js::json::from_str::<serde_json::Value>(text) else {
+            return;
+        };
         match vm {
             Some(vm) => {
                 let vms = server.entry("vms").or_insert_with(|| serde_json::Value::Object(Default::default()));

@@ -243,7 +243,7 @@ impl Allocation {
         match self.chosen {
             Some(id) => {
                 let server = summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]);
-                serde_json::to_writer(&mut *out, &server)?;
+                crate::js::json::to_writer(&mut *out, &server)?;
             }
             None => out.extend_from_slice(b"null"),
         }

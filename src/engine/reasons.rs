@@ -229,15 +229,16 @@ impl Msg {
 
 /// A JSON string literal for `s`, appended to `out` (serde_json's escaping).
 pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    let plain = s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    // 0xF4 starts the stand-ins of lone surrogates, written as escapes (`js::json`).
+    let plain = s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0xF4);
     if plain {
         out.reserve(s.len() + 2);
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
         out.push(b'"');
     } else {
-        // Only reached for odd strings; serde_json's writer is the reference.
-        let _ = serde_json::to_writer(&mut *out, s);
+        // Only reached for odd strings; serde_json's writer (as JSON.stringify) is the reference.
+        let _ = crate::js::json::to_writer(&mut *out, s);
     }
 }
 

@@ -153,7 +153,7 @@ impl UuidJson {
                 Js::Str(s) => write_json_str(&mut bytes, s),
                 Js::Undefined => bytes.extend_from_slice(b"null"),
                 other => {
-                    let _ = serde_json::to_writer(&mut bytes, other);
+                    let _ = crate::js::json::to_writer(&mut bytes, other);
                 }
             }
             ends.push(bytes.len());
@@ -182,17 +182,21 @@ impl UuidJson {
 /// additions written over or appended in the order the original set them.
 pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Value {
     // Fields are read one by one so that the VMs, dropped anyway, are only skipped over.
-    let mut value = match serde_json::from_str::<IndexMap<String, &RawValue>>(raw) {
+    let mut value = match crate::js::json::from_str::<IndexMap<String, &RawValue>>(raw) {
         Ok(fields) => Value::Object(
             fields
                 .into_iter()
                 .map(|(k, v)| {
-                    let v = if k == "vms" { Value::Null } else { serde_json::from_str(v.get()).unwrap_or(Value::Null) };
+                    let v = if k == "vms" {
+                        Value::Null
+                    } else {
+                        crate::js::json::from_str(v.get()).unwrap_or(Value::Null)
+                    };
                     (k, v)
                 })
                 .collect(),
         ),
-        Err(_) => serde_json::from_str(raw).unwrap_or(Value::Null),
+        Err(_) => crate::js::json::from_str(raw).unwrap_or(Value::Null),
     };
     let Some(obj) = value.as_object_mut() else { return value };
     if state.nics_named {

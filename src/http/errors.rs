@@ -108,7 +108,7 @@ impl IntoResponse for ApiError {
             ApiError::InvalidParameters(errors) => Some(errors.as_slice()),
             _ => None,
         };
-        let body = serde_json::to_vec(&ErrorBody { code: self.code(), message: &message, errors })
+        let body = crate::js::json::to_vec(&ErrorBody { code: self.code(), message: &message, errors })
             .unwrap_or_else(|_| br#"{"code":"InternalError","message":"error body"}"#.to_vec());
         let mut response = (self.status(), body).into_response();
         let headers = response.headers_mut();

@@ -8,6 +8,8 @@
 //!   that may concatenate, `JSON.stringify`, property order of objects.
 //! * [`sort`]: `Array.prototype.sort` exactly as V8 runs it (TimSort; a comparator returning
 //!   NaN counts as "equal"), because the original's comparators are not always consistent.
+//! * [`json`]: `JSON.parse` where serde_json refuses what it read (lone surrogates, numbers
+//!   beyond the double range), and `JSON.stringify`'s escapes for lone surrogates.
 //! * [`date`]: `new Date(text)` for ISO strings and `toISOString()` (the reboot scorers).
 //! * [`regex`]: JavaScript regular expressions (`re` affinities) translated to the `regex`
 //!   crate's dialect and compiled with bounded size.
@@ -21,6 +23,7 @@
 //! form cheap enough for thousands of servers per step.
 
 pub mod date;
+pub mod json;
 pub mod owner_filter;
 pub mod present;
 pub mod regex;

@@ -38,7 +38,7 @@ impl<'a> Presented<'a> {
             self.json.push(',');
         }
         let members = raw.and_then(|raw| {
-            serde_json::from_str::<indexmap::IndexMap<std::borrow::Cow<'a, str>, &'a RawValue>>(raw).ok()
+            crate::js::json::from_str::<indexmap::IndexMap<std::borrow::Cow<'a, str>, &'a RawValue>>(raw).ok()
         });
         let Some(members) = members else {
             self.json.push_str(&fallback());
@@ -52,7 +52,7 @@ impl<'a> Presented<'a> {
                 self.json.push(',');
             }
             let text = value.get();
-            self.json.push_str(&serde_json::to_string(key.as_ref()).unwrap_or_default());
+            self.json.push_str(&crate::js::json::stringify(key.as_ref()));
             self.json.push(':');
             if text.starts_with('{') || text.starts_with('[') {
                 self.json.push('0');

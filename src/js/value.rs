@@ -384,7 +384,13 @@ fn write_json_string(out: &mut String, s: &str) {
             c if (c as u32) < 0x20 => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
-            c => out.push(c),
+            // A lone surrogate read by `JSON.parse` (kept as a stand-in, see `js::json`).
+            c => match super::json::stood_in_surrogate(c) {
+                Some(unit) => {
+                    let _ = write!(out, "\\u{unit:04x}");
+                }
+                None => out.push(c),
+            },
         }
     }
     out.push('"');

@@ -344,7 +344,7 @@ fn call(loaded: &Loaded, lookup: &str, servers: &Presented<'_>, opts: &str) -> R
 
 /// `{vm, img, pkg, tickets, defaults}` as the original's `opts`.
 fn opts_json(req: &Request<'_>) -> String {
-    let parse = |raw: Option<&str>| raw.and_then(|r| serde_json::from_str::<Value>(r).ok());
+    let parse = |raw: Option<&str>| raw.and_then(|r| crate::js::json::from_str::<Value>(r).ok());
     let mut vm = parse(req.raw_params.vm).unwrap_or_else(|| Value::Object(Default::default()));
     if let Value::Object(o) = &mut vm {
         // What the typed VM took from the request's top level, and what plugins changed.
@@ -391,7 +391,7 @@ fn opts_json(req: &Request<'_>) -> String {
     }
     opts.insert("tickets".into(), tickets);
     opts.insert("defaults".into(), req.defaults.json.clone());
-    Value::Object(opts).to_string()
+    crate::js::json::stringify(&Value::Object(opts))
 }
 
 /// The JavaScript side: module loading, the servers as objects, the callback, the answer.

@@ -167,7 +167,7 @@ pub fn validate_image_extensions(image: &Image) -> Option<String> {
 /// Replaces JSON text by the value it encodes, as the original did to package fields.
 fn parse_in_place(value: &mut Js) -> Result<(), ()> {
     if let Js::Str(text) = value {
-        *value = serde_json::from_str::<Js>(text).map_err(|_| ())?;
+        *value = crate::js::json::from_str::<Js>(text).map_err(|_| ())?;
     }
     Ok(())
 }
@@ -270,8 +270,8 @@ pub fn validate_vm_payload(vm: &mut VmPayload, requirements: &Js) -> Option<Stri
         if volumes_from.truthy() {
             // JSON.parse reads the value's string form (an array `["a"]` reads as `a`).
             let parsed = match volumes_from {
-                Js::Str(text) => serde_json::from_str::<Js>(text),
-                other => serde_json::from_str::<Js>(&other.to_js_string()),
+                Js::Str(text) => crate::js::json::from_str::<Js>(text),
+                other => crate::js::json::from_str::<Js>(&other.to_js_string()),
             };
             match parsed {
                 Err(_) => return Some(r#""vm.internal_metadata['docker:volumesfrom']" is not valid JSON"#.into()),

@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 use super::arriving::{Arriving, Progress};
 use super::cursor::Cursor;
 use super::vms::read_vms;
-use crate::js::Js;
+use crate::js::{json, Js};
 use crate::model::{
     AllocateBody, BatchFields, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Ticket, VmPayload,
 };
@@ -19,8 +19,11 @@ use crate::model::{
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
 
 fn top_level(body: &[u8]) -> Result<TopLevel<'_>, BodyError> {
-    serde_json::from_slice::<TopLevel>(body)
-        .map_err(|e| BodyError::Malformed(format!("body is not a JSON object: {e}")))
+    match std::str::from_utf8(body) {
+        Ok(text) => json::from_str::<TopLevel>(text),
+        Err(_) => serde_json::from_slice::<TopLevel>(body),
+    }
+    .map_err(|e| BodyError::Malformed(format!("body is not a JSON object: {e}")))
 }
 
 fn not_object(field: &str, t: ParamType) -> FieldError {
@@ -32,7 +35,7 @@ fn not_array(field: &str) -> FieldError {
 }
 
 fn parse_typed<'a, T: Deserialize<'a>>(field: &str, raw: &'a RawValue, errors: &mut Vec<FieldError>) -> Option<T> {
-    match serde_json::from_str::<T>(raw.get()) {
+    match json::from_str::<T>(raw.get()) {
         Ok(v) => Some(v),
         Err(e) => {
             errors.push(FieldError::invalid(field, format!("cannot be read: {e}")));
@@ -224,7 +227,7 @@ fn malformed(body: &[u8], walk_error: serde_json::Error) -> BodyError {
 
 /// A number without a fraction, in `u64`'s range, written as a float (`7.0`, `7e2`).
 fn integral(text: &str) -> Option<u64> {
-    let f = serde_json::from_str::<f64>(text).ok()?;
+    let f = json::from_str::<f64>(text).ok()?;
     (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64)
 }
 
@@ -351,10 +354,10 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
         return Err(BodyError::Malformed("body could not be read".into()));
     };
     if let Some(r) = nic_tag_requirements {
-        vm_payload.nic_tag_requirements = serde_json::from_str::<Js>(r.get()).unwrap_or_default();
+        vm_payload.nic_tag_requirements = json::from_str::<Js>(r.get()).unwrap_or_default();
     }
     if let Some(r) = nic_tags {
-        vm_payload.nic_tags = serde_json::from_str::<Js>(r.get()).unwrap_or_default();
+        vm_payload.nic_tags = json::from_str::<Js>(r.get()).unwrap_or_default();
     }
     let vm = vm.unwrap_or_default();
     let raw = RawParams {
@@ -672,8 +675,18 @@ pub(crate) mod tests {
         bodies.push(r#"{"uuid":"s","unknown":{"x":[1,"a"]},"sysinfo":{"CPU Total Cores":8},"vms":{}}"#.into());
         bodies.push(r#"{}"#.into());
         bodies.push(r#"{"uuid":"s\u0041","status":12345678901234567,"setup":true,"reserved":0}"#.into());
+        // What JSON.parse reads and serde_json does not: lone surrogates, ±Infinity.
+        bodies
+            .push(r#"{"uuid":"s\ud800","hostname":"h\uDC00\u0041","k\udbff":1,"memory_available_bytes":1e999}"#.into());
+        bodies.push(format!(
+            r#"{{"uuid":"s","ram":-1e400,"vms":{{"\udfff":{}}}}}"#,
+            vm(r#","alias":"a\ud800","quota":1e999"#)
+        ));
+        bodies.push(r#"{"uuid":"s","sysinfo":{"Network Interfaces":{"e\ud800":{"NIC Names":["\udc00"]}}},"traits":{"\ud800\ud800":true}}"#.into());
+        bodies.push(r#"{"uuid":"s\ud800","uuid":"t"}"#.into());
+        bodies.push(r#"{"uuid":"s","memory_total_bytes":1e999,"status":"\x"}"#.into());
         for body in &bodies {
-            let serde = serde_json::from_str::<Server>(body);
+            let serde = json::from_str::<Server>(body);
             let mut c = Cursor::new(body);
             let fast = c.server();
             match (serde, fast) {
@@ -693,9 +706,14 @@ pub(crate) mod tests {
     const SPLICED: &[&[u8]] = &[
         b"\\ud800",
         b"\\udc00x",
+        b"\\uDBFF\\uDBFF",
+        b"\\udfff\\ud800",
         b"\"\\ud83d\\ude00\"",
+        b"\"\\ud800\":",
         b"1e999",
         b"-1e999",
+        b"1E400",
+        b"-2e308",
         b"1e-999",
         b"0012",
         b"\"",
@@ -726,8 +744,104 @@ pub(crate) mod tests {
         out
     }
 
+    /// Where the strings and the numbers of a JSON text start: (after each opening quote,
+    /// each number's span).
+    fn strings_and_numbers(body: &[u8]) -> (Vec<usize>, Vec<(usize, usize)>) {
+        let (mut strings, mut numbers) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while i < body.len() {
+            match body[i] {
+                b'"' => {
+                    strings.push(i + 1);
+                    i += 1;
+                    while i < body.len() && body[i] != b'"' {
+                        i += if body[i] == b'\\' { 2 } else { 1 };
+                    }
+                    i += 1;
+                }
+                b'-' | b'0'..=b'9' => {
+                    let start = i;
+                    while i < body.len() && matches!(body[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                        i += 1;
+                    }
+                    numbers.push((start, i));
+                }
+                _ => i += 1,
+            }
+        }
+        (strings, numbers)
+    }
+
+    /// What `JSON.parse` reads and serde_json does not, put where a body stays JSON: a lone
+    /// surrogate at the start of a string (or key), a number beyond the double range.
+    const JS_ONLY_STRINGS: &[&str] = &["\\ud800", "\\uDC00", "\\udbff\\udbff", "\\udfffx\\ud83d\\ude00"];
+    const JS_ONLY_NUMBERS: &[&str] = &["1e999", "-1e400", "17976931348623159e292"];
+
+    fn js_only(body: &[u8], edits: &[(usize, bool, usize)]) -> Vec<u8> {
+        let mut out = body.to_vec();
+        for &(pick, string, token) in edits {
+            let (strings, numbers) = strings_and_numbers(&out);
+            if string && !strings.is_empty() {
+                let at = strings[pick % strings.len()];
+                let token = JS_ONLY_STRINGS[token % JS_ONLY_STRINGS.len()];
+                out.splice(at..at, token.bytes());
+            } else if !numbers.is_empty() {
+                let (start, end) = numbers[pick % numbers.len()];
+                let token = JS_ONLY_NUMBERS[token % JS_ONLY_NUMBERS.len()];
+                out.splice(start..end, token.bytes());
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bodies_json_parse_reads_are_read_by_every_reader() {
+        let bodies = case_bodies();
+        let mut read = 0;
+        for (i, body) in bodies.iter().enumerate() {
+            if whole(body).starts_with("Err(Malformed") {
+                continue;
+            }
+            let edits: Vec<_> = (0..6).map(|k| (i * 7 + k * 13, k % 2 == 0, i + k)).collect();
+            let body = js_only(body, &edits);
+            let whole = parse_allocate_body(&body);
+            assert!(!matches!(whole, Err(BodyError::Malformed(_))), "{whole:?}");
+            read += usize::from(whole.is_ok());
+            assert_eq!(arriving(&body, 100, None), format!("{whole:?}"));
+        }
+        assert!(read > bodies.len() / 2, "only {read} bodies were read");
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+        /// A lone surrogate or a number beyond the double range in a body every reader reads
+        /// (it is never refused as not JSON), and every reader reads it alike.
+        #[test]
+        fn every_reader_agrees_on_what_only_json_parse_reads(
+            pick in 0usize..1000,
+            edits in proptest::collection::vec((0usize..1 << 20, proptest::bool::ANY, 0usize..16), 1..6),
+        ) {
+            let bodies = case_bodies();
+            let original = &bodies[pick % bodies.len()];
+            let body = js_only(original, &edits);
+            let read = whole(&body);
+            if !whole(original).starts_with("Err(Malformed") {
+                proptest::prop_assert!(!read.starts_with("Err(Malformed"), "{}", read);
+            }
+            for piece in [64usize, 4096] {
+                proptest::prop_assert_eq!(&arriving(&body, piece, None), &read, "pieces of {}", piece);
+            }
+            if let Ok(parsed) = parse_allocate_body(&body) {
+                for (raw, fast) in parsed.raw_servers.iter().zip(&parsed.servers) {
+                    let plain = json::from_str::<Server>(raw);
+                    proptest::prop_assert!(plain.is_ok(), "plain reader refused {}: {:?}", raw, plain.err());
+                    let plain = plain.map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+                    proptest::prop_assert_eq!(plain.schema_violation(), fast.schema_violation());
+                    proptest::prop_assert_eq!(format!("{plain:?}"), format!("{fast:?}"));
+                }
+            }
+        }
 
         /// Every reader gives the same answer on the same bytes: the whole-body reader, the
         /// reader of a body still arriving (in two piece sizes), and, for every server the
@@ -745,7 +859,7 @@ pub(crate) mod tests {
             }
             if let Ok(parsed) = parse_allocate_body(&body) {
                 for (raw, fast) in parsed.raw_servers.iter().zip(&parsed.servers) {
-                    let plain = serde_json::from_str::<Server>(raw);
+                    let plain = json::from_str::<Server>(raw);
                     proptest::prop_assert!(plain.is_ok(), "plain reader refused {}: {:?}", raw, plain.err());
                     let plain = plain.map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
                     // (The schema verdict first: it is worked out lazily, and shows in Debug.)

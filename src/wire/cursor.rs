@@ -69,21 +69,15 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// Reads the JSON value at the cursor with serde_json, returning it and its text. On
-    /// error the cursor stays at the value's start.
+    /// Reads the JSON value at the cursor with serde_json (as `JSON.parse` reads it: see
+    /// [`crate::js::json`]), returning it and its text. On error the cursor stays at the
+    /// value's start.
     pub fn value<T: Deserialize<'a>>(&mut self) -> serde_json::Result<(T, &'a str)> {
         self.peek();
         let rest = &self.text[self.pos..];
-        let mut stream = serde_json::Deserializer::from_str(rest).into_iter::<T>();
-        match stream.next() {
-            Some(Ok(v)) => {
-                let end = stream.byte_offset();
-                self.pos += end;
-                Ok((v, &rest[..end]))
-            }
-            Some(Err(e)) => Err(e),
-            None => Err(serde::de::Error::custom("unexpected end of input")),
-        }
+        let (v, end) = crate::js::json::from_str_prefix::<T>(rest)?;
+        self.pos += end;
+        Ok((v, &rest[..end]))
     }
 
     /// A string without escapes at the cursor, borrowed; `None` (cursor unmoved) otherwise.

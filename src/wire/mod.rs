@@ -16,6 +16,10 @@
 //!   it the ordinary way.
 //!
 //! A server's schema verdict is worked out while it is read (its data is in cache then).
+//!
+//! All of them read values through [`crate::js::json`], so a value serde_json refuses only
+//! because it holds a lone surrogate or a number past the double range is read, in every
+//! path, as `JSON.parse` reads it.
 
 pub mod arriving;
 mod body;

@@ -42,7 +42,7 @@ impl PlatformMap {
         match value {
             Js::Obj(o) => Ok(PlatformMap::clean(o)),
             Js::Arr(_) => Ok(PlatformMap { map: JsObject::new() }),
-            Js::Str(text) => match serde_json::from_str::<Js>(text) {
+            Js::Str(text) => match crate::js::json::from_str::<Js>(text) {
                 Ok(Js::Obj(o)) => Ok(PlatformMap::clean(&o)),
                 _ => Err(PluginError(format!("{what} is not an object: {}", value.stringify()))),
             },
