@@ -1049,6 +1049,34 @@ mod tests {
     }
 
     #[test]
+    fn record_and_shadow_settings_come_from_a_file_or_the_environment() {
+        let config = load_env(&[
+            ("DAPI_RECORD__DIR", "/var/tmp/records"),
+            ("DAPI_RECORD__MAX_COUNT", "5"),
+            ("DAPI_SHADOW_CONFIG", "shadow.json"),
+            ("DAPI_SHADOW_CPU_MS_PER_S", "100"),
+        ])
+        .expect("loads");
+        assert_eq!(config.record.dir, Some(("/var/tmp/records".into(), Source::Env("DAPI_RECORD__DIR".into()))));
+        assert_eq!((config.record.max_count, config.record.max_bytes), (5, 1 << 30));
+        assert_eq!(config.shadow_config.map(|(p, _)| p), Some("shadow.json".into()));
+        assert_eq!(config.shadow_cpu_ms_per_s, 100);
+        let off = load_env(&[]).expect("loads");
+        assert!(off.record.dir.is_none() && off.shadow_config.is_none(), "both are off by default");
+
+        let err = load_env(&[("DAPI_RECORD__MAX_BYTES", "0")]).expect_err("zero");
+        assert_eq!(err, "DAPI_RECORD__MAX_BYTES: must be a whole number above 0, not 0");
+        let err = load_env(&[("DAPI_SHADOW_CPU_MS_PER_S", "lots")]).expect_err("not a number");
+        assert_eq!(err, r#"DAPI_SHADOW_CPU_MS_PER_S: must be a whole number above 0, not "lots""#);
+        let file = TmpFile::new("record.json", r#"{"record": {"dri": "x"}}"#);
+        let err = file.load().expect_err("mistyped");
+        assert!(err.contains(r#"unknown key "record.dri"; did you mean "record.dir"?"#), "{err}");
+        let file = TmpFile::new("record-count.json", r#"{"record": {"max_count": "many"}}"#);
+        let err = file.load().expect_err("not a number");
+        assert!(err.ends_with(r#"record.max_count: must be a whole number above 0, not "many""#), "{err}");
+    }
+
+    #[test]
     fn a_file_error_shows_the_path_as_given() {
         let err = ServiceConfig::load(Some(Path::new("no/such/dapi.json")), env(&[])).expect_err("missing");
         assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
@@ -1087,7 +1115,8 @@ mod tests {
         let err = file.load().expect_err("unknown");
         assert!(
             err.ends_with(
-                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir, inventory"
+                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir, \
+                 inventory, record, shadow_config, shadow_cpu_ms_per_s"
             ),
             "{err}"
         );

@@ -55,6 +55,10 @@ pub struct ShadowStats {
     bucket: Mutex<Option<Bucket>>,
 }
 
+/// The budget a shadow run needs left to start (about what a run at a few hundred servers
+/// takes).
+const MIN_TO_START: Duration = Duration::from_millis(1);
+
 /// Shadow CPU time that may be spent now, refilled at the configured rate.
 #[derive(Debug)]
 struct Bucket {
@@ -72,7 +76,8 @@ impl ShadowStats {
         let earned = now.duration_since(b.at).mul_f64(ms_per_s as f64 / 1000.0);
         b.available = (b.available + earned).min(full);
         b.at = now;
-        !b.available.is_zero()
+        // Time trickles back continuously: a run waits until a useful amount has.
+        b.available >= MIN_TO_START
     }
 
     /// Takes the time a run took out of the bucket.
