@@ -43,6 +43,11 @@ Environment:
                                    usable in the chain under its file name
   DAPI_LIMITS__PLUGIN_TIMEOUT_MS   longest one call of a custom plugin [1000]
   DAPI_LIMITS__PLUGIN_MEMORY_BYTES memory of the custom plugins' engine, per thread [536870912]
+  DAPI_RECORD__DIR                 record /allocate requests here for `dapi replay` (serve);
+                                   DAPI_RECORD__MAX_COUNT [10000], DAPI_RECORD__MAX_BYTES [1 GiB]
+  DAPI_SHADOW_CONFIG               a second config file each allocation is also decided with,
+                                   divergences logged and counted (serve);
+                                   DAPI_SHADOW_CPU_MS_PER_S its CPU budget [250]
   DAPI_DEFAULTS__<NAME>            one allocator default, e.g. DAPI_DEFAULTS__FILTER_HEADNODE=false
                                    (read as a boolean or number when it looks like one)
   DAPI_DEFAULTS                    all allocator defaults, as a JSON object
