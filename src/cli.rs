@@ -1,4 +1,4 @@
-//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `openapi`.
+//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `replay`, `openapi`.
 //!
 //! `allocate` and `capacity` run one request through the same answer path as the service
 //! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts
@@ -43,6 +43,11 @@ Environment:
                                    usable in the chain under its file name
   DAPI_LIMITS__PLUGIN_TIMEOUT_MS   longest one call of a custom plugin [1000]
   DAPI_LIMITS__PLUGIN_MEMORY_BYTES memory of the custom plugins' engine, per thread [536870912]
+  DAPI_RECORD__DIR                 record /allocate requests here for `dapi replay` (serve);
+                                   DAPI_RECORD__MAX_COUNT [10000], DAPI_RECORD__MAX_BYTES [1 GiB]
+  DAPI_SHADOW_CONFIG               a second config file each allocation is also decided with,
+                                   divergences logged and counted (serve);
+                                   DAPI_SHADOW_CPU_MS_PER_S its CPU budget [250]
   DAPI_DEFAULTS__<NAME>            one allocator default, e.g. DAPI_DEFAULTS__FILTER_HEADNODE=false
                                    (read as a boolean or number when it looks like one)
   DAPI_DEFAULTS                    all allocator defaults, as a JSON object
@@ -89,6 +94,13 @@ report for people: the servers removed grouped by cause (with the one that fell
 shortest), the best candidates with their score broken down by scorer, and each
 server asked about with --server (where it left, the reason, the shortfall in MiB or
 CPU units). Colour when standard output is a terminal (not with NO_COLOR set).";
+
+const REPLAY_HELP: &str = "\
+Decides every request the service recorded (record.dir) again with the config given
+(--config, laid over the built-in one as for serve) and reports how many decisions change,
+which, and why: the first step that leaves other servers than with the recorded config
+(kept in DIR/configs), or, when every step agrees, the scores of the two winners by
+scorer. Records whose own config no longer gives the recorded answer are listed.";
 
 const PLUGINS_HELP: &str = "\
 Lists the plugins an allocation description may name: the built-in ones, then the custom
@@ -190,6 +202,18 @@ enum Command {
         /// Print JSON ([{name, kind, step, source, file?, digest?}]) instead of a table
         #[arg(long)]
         json: bool,
+    },
+    /// Decide recorded requests again with a new config and show what changes
+    #[command(long_about = REPLAY_HELP, after_long_help = CONFIG_HELP)]
+    Replay {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// Print the report as JSON
+        #[arg(long)]
+        json: bool,
+        /// The record directory (the service's record.dir)
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
     /// Print the service's OpenAPI document
     Openapi,
@@ -375,6 +399,17 @@ fn run(command: Command) -> Result<(), CliError> {
             let config = ServiceConfig::from_process(config.config.as_deref())?;
             let (registry, custom) = config.registry()?;
             print(plugin_list(&registry, custom.as_deref(), json))
+        }
+        Command::Replay { config, json, dir } => {
+            let (config, engine) = config.load()?;
+            let report = crate::replay::replay(&dir, &config, &engine)
+                .map_err(|error| CliError::Read { input: dir.clone(), error })?;
+            match json {
+                true => print(
+                    serde_json::to_vec(&report).map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?,
+                ),
+                false => print(crate::replay::text(&report, &dir).into_bytes()),
+            }
         }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),
     }

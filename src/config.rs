@@ -50,6 +50,14 @@ pub struct ServiceConfig {
     pub plugins_dir: Option<(std::path::PathBuf, Source)>,
     /// Inventory mode (off unless `inventory.url` is set): see `crate::inventory`.
     pub inventory: InventoryConfig,
+    /// Recording of `/allocate` requests for `dapi replay` (off unless `record.dir` is set):
+    /// see `crate::record`.
+    pub record: RecordConfig,
+    /// A second config every allocation is also decided with, after its answer has left
+    /// (`crate::shadow`); where the setting came from, for errors.
+    pub shadow_config: Option<(std::path::PathBuf, Source)>,
+    /// CPU time shadow evaluations may take, in milliseconds per second (a token bucket).
+    pub shadow_cpu_ms_per_s: u64,
     /// The chain and defaults settings in the order applied, to tell which source an
     /// engine error comes from.
     engine_settings: Vec<Setting>,
@@ -93,6 +101,53 @@ impl InventoryConfig {
             _ => unreachable!("inventory.{key} is not in InventoryConfig::KEYS"),
         }
         Ok(())
+    }
+}
+
+/// Recording's settings (`record.*`, `DAPI_RECORD__*`).
+#[derive(Debug, Clone)]
+pub struct RecordConfig {
+    /// The directory records are written to; set, it switches recording on. Where the
+    /// setting came from, for errors.
+    pub dir: Option<(std::path::PathBuf, Source)>,
+    /// Most records kept; past it the oldest are removed.
+    pub max_count: u64,
+    /// Most bytes of records kept; past it the oldest are removed.
+    pub max_bytes: u64,
+}
+
+impl Default for RecordConfig {
+    fn default() -> RecordConfig {
+        RecordConfig { dir: None, max_count: 10_000, max_bytes: 1 << 30 }
+    }
+}
+
+impl RecordConfig {
+    /// The keys of `record`, as a config file spells them.
+    pub const KEYS: [&'static str; 3] = ["dir", "max_count", "max_bytes"];
+
+    /// Checks one value (`dir`: a string, or null or empty for none; the bounds: ≥ 1).
+    fn check(key: &str, value: &Value) -> Result<(), String> {
+        match key {
+            "dir" if value.is_null() || value.is_string() => Ok(()),
+            "dir" => Err(format!("must be a directory (a string), not {}", shown(value))),
+            _ => match value.as_u64() {
+                Some(n) if n > 0 => Ok(()),
+                _ => Err(format!("must be a whole number above 0, not {}", shown(value))),
+            },
+        }
+    }
+
+    fn set(&mut self, key: &str, value: &Value, source: &Source) {
+        match key {
+            "dir" => {
+                let dir = value.as_str().filter(|d| !d.is_empty());
+                self.dir = dir.map(|d| (std::path::PathBuf::from(d), source.clone()));
+            }
+            "max_count" => self.max_count = value.as_u64().unwrap_or(self.max_count),
+            "max_bytes" => self.max_bytes = value.as_u64().unwrap_or(self.max_bytes),
+            _ => unreachable!("record.{key} is not in RecordConfig::KEYS"),
+        }
     }
 }
 
@@ -208,8 +263,19 @@ impl Limits {
 }
 
 /// The top-level keys of a config file.
-const TOP_KEYS: [&str; 8] =
-    ["allocationDescription", "defaults", "listen", "log_level", "limits", "auth_token", "plugins_dir", "inventory"];
+const TOP_KEYS: [&str; 11] = [
+    "allocationDescription",
+    "defaults",
+    "listen",
+    "log_level",
+    "limits",
+    "auth_token",
+    "plugins_dir",
+    "inventory",
+    "record",
+    "shadow_config",
+    "shadow_cpu_ms_per_s",
+];
 
 /// Where a setting came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +311,8 @@ pub enum ConfigError {
     /// The engine refused the chain or the defaults (its message), from `source` when it
     /// could be told.
     Engine { source: Option<Source>, message: String },
+    /// The shadow config (`shadow_config`, set by `source`) cannot be used.
+    Shadow { source: Source, path: String, error: Box<ConfigError> },
 }
 
 impl fmt::Display for ConfigError {
@@ -261,6 +329,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Invalid { source, key, message } => write!(f, "{source}: {key}: {message}"),
             ConfigError::Engine { source: Some(source), message } => write!(f, "{source}: {message}"),
             ConfigError::Engine { source: None, message } => f.write_str(message),
+            ConfigError::Shadow { source, path, error } => write!(f, "{source}: shadow_config {path}: {error}"),
         }
     }
 }
@@ -270,6 +339,7 @@ impl std::error::Error for ConfigError {
         match self {
             ConfigError::Read { error, .. } => Some(error),
             ConfigError::NotJson { error, .. } => Some(error),
+            ConfigError::Shadow { error, .. } => Some(error.as_ref()),
             _ => None,
         }
     }
@@ -289,6 +359,11 @@ enum Set {
     Limit(&'static str, u64),
     /// An `inventory` key, its value checked.
     Inventory(&'static str, Value),
+    /// A `record` key, its value checked.
+    Record(&'static str, Value),
+    /// `null` or an empty path unsets it.
+    ShadowConfig(Option<std::path::PathBuf>),
+    ShadowCpu(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -319,6 +394,9 @@ impl ServiceConfig {
             auth_token: None,
             plugins_dir: None,
             inventory: InventoryConfig::default(),
+            record: RecordConfig::default(),
+            shadow_config: None,
+            shadow_cpu_ms_per_s: 250,
             engine_settings: Vec::new(),
         };
         for setting in settings {
@@ -350,6 +428,9 @@ impl ServiceConfig {
             Set::Inventory(key, value) => {
                 let _ = self.inventory.set(key, value);
             }
+            Set::Record(key, value) => self.record.set(key, value, &setting.source),
+            Set::ShadowConfig(path) => self.shadow_config = path.clone().map(|p| (p, setting.source.clone())),
+            Set::ShadowCpu(ms) => self.shadow_cpu_ms_per_s = *ms,
         }
         if matches!(setting.set, Set::Chain(_) | Set::Default(..)) {
             self.engine_settings.push(setting);
@@ -552,6 +633,35 @@ fn json_settings(source: &Source, value: Value) -> Result<Vec<Setting>, ConfigEr
                     sets.push(Set::Inventory(name, v));
                 }
             }
+            "record" => {
+                let Value::Object(keys) = value else {
+                    return Err(invalid("record", format!("must be an object, not {}", shown(&value))));
+                };
+                for (name, v) in keys {
+                    let Some(&name) = RecordConfig::KEYS.iter().find(|k| **k == name) else {
+                        let known = RecordConfig::KEYS.map(|k| format!("record.{k}"));
+                        return Err(unknown(source, &format!("record.{name}"), &known));
+                    };
+                    RecordConfig::check(name, &v).map_err(|m| invalid(&format!("record.{name}"), m))?;
+                    sets.push(Set::Record(name, v));
+                }
+            }
+            "shadow_config" => {
+                let path = match &value {
+                    Value::Null => None,
+                    v => Some(text(v).map_err(|m| invalid("shadow_config", m))?),
+                };
+                sets.push(Set::ShadowConfig(path.filter(|p| !p.is_empty()).map(std::path::PathBuf::from)));
+            }
+            "shadow_cpu_ms_per_s" => match value.as_u64() {
+                Some(ms) if ms > 0 => sets.push(Set::ShadowCpu(ms)),
+                _ => {
+                    return Err(invalid(
+                        "shadow_cpu_ms_per_s",
+                        format!("must be a whole number above 0, not {}", shown(&value)),
+                    ))
+                }
+            },
             _ => return Err(unknown(source, &key, &TOP_KEYS.map(String::from))),
         }
     }
@@ -613,6 +723,23 @@ fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<S
                 InventoryConfig::default().set(key, &value).map_err(|m| invalid(&format!("inventory.{key}"), m))?;
                 sets.push(Set::Inventory(key, value));
             }
+            ["record", typed] => {
+                let Some(key) = RecordConfig::KEYS.iter().copied().find(|k| k == typed) else {
+                    return Err(unknown(&source, &name, &env_names()));
+                };
+                let value = if key == "dir" { Value::String(raw.clone()) } else { env_scalar(raw.trim()) };
+                RecordConfig::check(key, &value).map_err(|m| invalid(&format!("record.{key}"), m))?;
+                sets.push(Set::Record(key, value));
+            }
+            ["shadow_config"] => {
+                sets.push(Set::ShadowConfig(Some(raw.as_str()).filter(|p| !p.is_empty()).map(std::path::PathBuf::from)))
+            }
+            ["shadow_cpu_ms_per_s"] => match raw.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => sets.push(Set::ShadowCpu(ms)),
+                _ => {
+                    return Err(invalid("shadow_cpu_ms_per_s", format!("must be a whole number above 0, not {raw:?}")))
+                }
+            },
             _ => return Err(unknown(&source, &name, &env_names())),
         }
         settings.extend(sets.into_iter().map(|set| Setting { source: source.clone(), set }));
@@ -630,6 +757,9 @@ fn env_names() -> Vec<String> {
     names.push("DAPI_AUTH_TOKEN".into());
     names.push("DAPI_PLUGINS_DIR".into());
     names.extend(InventoryConfig::KEYS.iter().map(|k| format!("DAPI_INVENTORY__{}", k.to_ascii_uppercase())));
+    names.extend(RecordConfig::KEYS.iter().map(|k| format!("DAPI_RECORD__{}", k.to_ascii_uppercase())));
+    names.push("DAPI_SHADOW_CONFIG".into());
+    names.push("DAPI_SHADOW_CPU_MS_PER_S".into());
     names
 }
 
@@ -928,6 +1058,34 @@ mod tests {
     }
 
     #[test]
+    fn record_and_shadow_settings_come_from_a_file_or_the_environment() {
+        let config = load_env(&[
+            ("DAPI_RECORD__DIR", "/var/tmp/records"),
+            ("DAPI_RECORD__MAX_COUNT", "5"),
+            ("DAPI_SHADOW_CONFIG", "shadow.json"),
+            ("DAPI_SHADOW_CPU_MS_PER_S", "100"),
+        ])
+        .expect("loads");
+        assert_eq!(config.record.dir, Some(("/var/tmp/records".into(), Source::Env("DAPI_RECORD__DIR".into()))));
+        assert_eq!((config.record.max_count, config.record.max_bytes), (5, 1 << 30));
+        assert_eq!(config.shadow_config.map(|(p, _)| p), Some("shadow.json".into()));
+        assert_eq!(config.shadow_cpu_ms_per_s, 100);
+        let off = load_env(&[]).expect("loads");
+        assert!(off.record.dir.is_none() && off.shadow_config.is_none(), "both are off by default");
+
+        let err = load_env(&[("DAPI_RECORD__MAX_BYTES", "0")]).expect_err("zero");
+        assert_eq!(err, "DAPI_RECORD__MAX_BYTES: must be a whole number above 0, not 0");
+        let err = load_env(&[("DAPI_SHADOW_CPU_MS_PER_S", "lots")]).expect_err("not a number");
+        assert_eq!(err, r#"DAPI_SHADOW_CPU_MS_PER_S: must be a whole number above 0, not "lots""#);
+        let file = TmpFile::new("record.json", r#"{"record": {"dri": "x"}}"#);
+        let err = file.load().expect_err("mistyped");
+        assert!(err.contains(r#"unknown key "record.dri"; did you mean "record.dir"?"#), "{err}");
+        let file = TmpFile::new("record-count.json", r#"{"record": {"max_count": "many"}}"#);
+        let err = file.load().expect_err("not a number");
+        assert!(err.ends_with(r#"record.max_count: must be a whole number above 0, not "many""#), "{err}");
+    }
+
+    #[test]
     fn a_file_error_shows_the_path_as_given() {
         let err = ServiceConfig::load(Some(Path::new("no/such/dapi.json")), env(&[])).expect_err("missing");
         assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
@@ -966,7 +1124,8 @@ mod tests {
         let err = file.load().expect_err("unknown");
         assert!(
             err.ends_with(
-                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir, inventory"
+                "the keys are allocationDescription, defaults, listen, log_level, limits, auth_token, plugins_dir, \
+                 inventory, record, shadow_config, shadow_cpu_ms_per_s"
             ),
             "{err}"
         );

@@ -13,7 +13,7 @@ use super::errors::ApiError;
 use super::intake::{run_limited, BodySeen, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::AllocateBody;
@@ -83,12 +83,17 @@ pub(super) fn allocate_body<'a, T>(
     received: &'a Received,
     reply: &mut Reply<T>,
     explain: &mut Option<ExplainOptions>,
+    watched: bool,
 ) -> Result<(AllocateBody<'a>, Option<Allocation>), ApiError> {
     let mut request = match received {
         Received::Whole(bytes) => parse_allocate_body(bytes),
         Received::Arriving(body) => parse_arriving_allocate_body(body),
     }
     .map_err(AnswerError::from)?;
+    if watched {
+        // A replay or the shadow must draw the same random numbers as the answer did.
+        super::watch::fix_seed(&mut request, engine);
+    }
     if let Some(options) = explain.take() {
         // The body's `why_not` is read only when an explanation is asked for.
         let whole = match received {
@@ -112,17 +117,23 @@ pub(super) fn allocate_body<'a, T>(
     Ok((request, Some(allocation)))
 }
 
-/// Places a batch (`crate::batch`) and replies with its answer.
+/// Places a batch (`crate::batch`) and replies with its answer; with `digest`, returns what
+/// it decided and the digest of the answer (for a record).
 pub(super) fn reply_batch(
     engine: &Engine,
     app: &AppState,
     request: AllocateBody<'_>,
     format: Option<StepsFormat>,
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
-) {
+    digest: bool,
+) -> Option<(Verdict, String)> {
     let servers = request.servers.len();
     let options = crate::batch::BatchOptions { steps: format, count: None };
+    let mut answered = None;
     let result = crate::batch::allocate_batch(engine, &app.limits(), request, options).map(|answer| {
+        if digest {
+            answered = Some((answer.verdict(), crate::config::digest(&answer.body)));
+        }
         let summary = format!("batch: {} placed, {} not", answer.placed, answer.failed);
         let (status, outcome) = match answer.status {
             200 => (StatusCode::OK, Outcome::Allocated { servers, uuid: summary }),
@@ -131,10 +142,12 @@ pub(super) fn reply_batch(
         (status, AnswerBody::Whole(answer.body), outcome)
     });
     reply.send(result.map_err(ApiError::from));
+    answered
 }
 
 /// Writes the answer and replies with it: whole when small; when big, the reply (status,
-/// headers) goes first and the body follows in parts as it is written.
+/// headers) goes first and the body follows in parts as it is written. With `digest`, the
+/// digest of the answer's body is returned (for a record).
 pub(super) fn reply_allocation(
     request: &AllocateBody<'_>,
     allocation: &Allocation,
@@ -142,7 +155,8 @@ pub(super) fn reply_allocation(
     explain: Option<&ExplainOptions>,
     patience: Duration,
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
-) {
+    digest: bool,
+) -> Option<String> {
     let (status, outcome) = outcome_of(request, allocation);
     // The service's no-fit answer is CNAPI's 409 error body.
     let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
@@ -153,13 +167,26 @@ pub(super) fn reply_allocation(
     if size < STREAM_FROM {
         let mut out = Vec::with_capacity(size);
         let written = write(&mut out, &mut |_| {});
-        return reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)).map_err(ApiError::from));
+        let digest = digest.then(|| crate::config::digest(&out));
+        reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)).map_err(ApiError::from));
+        return digest;
     }
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
-    match write(&mut out, &mut |out| parts.part_done(out, false)) {
+    let mut digested = digest.then(crate::config::Digest::default);
+    let written = write(&mut out, &mut |out| {
+        // What part_done sends, digested first.
+        if let (Some(d), true) = (digested.as_mut(), out.len() >= stream::PART_BYTES) {
+            d.update(out);
+        }
+        parts.part_done(out, false)
+    });
+    match written {
         Ok(()) => {
+            if let Some(d) = digested.as_mut() {
+                d.update(&out);
+            }
             parts.part_done(&mut out, true);
             if !parts.delivered() {
                 tracing::warn!("the client hung up or stopped reading before the whole answer was sent");
@@ -168,8 +195,10 @@ pub(super) fn reply_allocation(
         Err(e) => {
             tracing::error!(error = %e, "could not finish a streamed answer");
             parts.fail(&e.to_string());
+            return None;
         }
     }
+    digested.map(|d| d.finish())
 }
 
 /// The `explain` (`true`/`1` or `false`/`0`) and `why_not` (uuids, comma-separated; asks
@@ -282,16 +311,34 @@ pub async fn allocate(
         query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps="))).then_some(format);
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
+    // Recording and the shadow config, when on: they act after the answer has left.
+    let watch = super::watch::Watch::of(&app, &headers, batch_format);
     let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
         let mut explain = explain;
-        match allocate_body(&engine, &app2, &received, &mut reply, &mut explain) {
+        let asked = watch.as_ref().map(|w| w.asked(explain.as_ref()));
+        let watched = watch.is_some();
+        let answered = match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, watched) {
             Ok((request, Some(allocation))) => {
-                reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply)
+                let digest =
+                    reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, watched);
+                if let Some(w) = &watch {
+                    w.shadow(&app2, &request, &allocation);
+                }
+                digest.map(|d| (Verdict::of(&request, &allocation), d, request.seed))
             }
-            Ok((request, None)) => reply_batch(&engine, &app2, request, batch_format, reply),
-            Err(e) => reply.send(Err(e)),
+            Ok((request, None)) => {
+                let seed = request.seed;
+                reply_batch(&engine, &app2, request, batch_format, reply, watched).map(|(v, d)| (v, d, seed))
+            }
+            Err(e) => {
+                reply.send(Err(e));
+                None
+            }
+        };
+        // The parsed request is freed by now, after the answer has left; then it is recorded.
+        if let (Some(w), Some(answered), Some(asked)) = (&watch, answered, asked) {
+            w.record(&app2, received, asked, answered);
         }
-        // The parsed request is freed here, after the answer has left.
     })
     .await;
     respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
@@ -387,6 +434,11 @@ pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
     let mut text = app.metrics.render(permits_in_use);
     app.conns.render(&mut text);
     app.drains.render(&mut text);
+    app.shadow_stats.render(&mut text);
+    match &app.recorder {
+        Some(recorder) => recorder.stats().render(&mut text),
+        None => crate::record::RecordStats::default().render(&mut text),
+    }
     let mut response = (StatusCode::OK, text).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     response

@@ -250,11 +250,13 @@ pub(super) async fn allocate(app: Arc<AppState>, query: Option<String>, headers:
         };
         let Some(patched) = patched else {
             let mut explain = explain;
-            match allocate_body(&engine, &app2, &received, &mut reply, &mut explain) {
+            match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, false) {
                 Ok((request, Some(allocation))) => {
-                    reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply)
+                    reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, false);
                 }
-                Ok((request, None)) => reply_batch(&engine, &app2, request, given_steps.then_some(format), reply),
+                Ok((request, None)) => {
+                    reply_batch(&engine, &app2, request, given_steps.then_some(format), reply, false);
+                }
                 Err(e) => reply.send(Err(e)),
             }
             return;

@@ -16,6 +16,7 @@ mod metrics;
 pub mod openapi;
 mod request_schema;
 mod stream;
+mod watch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -35,6 +36,8 @@ pub use errors::ApiError;
 use crate::config::{ConfigError, Limits, ServiceConfig};
 use crate::engine::Engine;
 use crate::plugins::custom_js::CustomSet;
+use crate::record::Recorder;
+use crate::shadow::{ShadowEngine, ShadowStats};
 use metrics::Metrics;
 
 /// What a request ended with, for its log line.
@@ -52,6 +55,8 @@ struct Loaded {
     config: Arc<ServiceConfig>,
     /// The custom plugins the engine was built with.
     custom: Option<Arc<CustomSet>>,
+    /// The engine of `shadow_config`, when set.
+    shadow: Option<Arc<ShadowEngine>>,
 }
 
 /// State shared by every request.
@@ -70,6 +75,10 @@ pub struct AppState {
     started: Instant,
     /// Inventory mode's replica, when `inventory.url` is set.
     inventory: std::sync::OnceLock<Arc<crate::inventory::Inventory>>,
+    /// Recording (`record.dir`), when on; its settings are read at start-up only.
+    recorder: Option<Recorder>,
+    /// The shadow config's counters and CPU budget.
+    shadow_stats: ShadowStats,
 }
 
 impl AppState {
@@ -77,11 +86,13 @@ impl AppState {
     pub fn new(config: ServiceConfig, config_file: Option<PathBuf>) -> Result<AppState, ConfigError> {
         let (engine, custom) = config.engine_and_plugins()?;
         let engine = Arc::new(engine);
+        let shadow = ShadowEngine::load(&config)?.map(Arc::new);
+        let recorder = Recorder::start(&config.record, &config)?;
         let max_permits = config.limits.max_concurrent_allocations;
         let permits = Arc::new(Semaphore::new(max_permits));
         let metrics = Metrics::new(std::time::Duration::from_millis(config.limits.request_timeout_ms), max_permits);
         Ok(AppState {
-            loaded: RwLock::new(Loaded { engine, config: Arc::new(config), custom }),
+            loaded: RwLock::new(Loaded { engine, config: Arc::new(config), custom, shadow }),
             config_file,
             permits,
             cpu_slots: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
@@ -91,6 +102,8 @@ impl AppState {
             drains: drain::DrainStats::default(),
             started: Instant::now(),
             inventory: std::sync::OnceLock::new(),
+            recorder,
+            shadow_stats: ShadowStats::default(),
         })
     }
 
@@ -144,9 +157,19 @@ impl AppState {
         let config = ServiceConfig::from_process(self.config_file.as_deref())?;
         let (engine, custom) = config.engine_and_plugins()?;
         let engine = Arc::new(engine);
+        let shadow = ShadowEngine::load(&config)?.map(Arc::new);
         let digest = config.digest();
+        if let Some(recorder) = &self.recorder {
+            // Saved before any record names it.
+            if let Err(e) = recorder.save_config(&config) {
+                tracing::warn!(error = %e, "the reloaded config could not be saved in record.dir");
+            }
+        }
+        if config.record.dir.as_ref().map(|d| &d.0) != self.read().config.record.dir.as_ref().map(|d| &d.0) {
+            tracing::warn!("record.dir is read at start-up only: restart to change it");
+        }
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
-        *loaded = Loaded { engine, config: Arc::new(config), custom };
+        *loaded = Loaded { engine, config: Arc::new(config), custom, shadow };
         Ok(digest)
     }
 }
@@ -168,7 +191,7 @@ fn endpoint_label(path: &str) -> &'static str {
 }
 
 /// Request id, timing, metrics and the one log line per request.
-async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request
         .headers()
@@ -177,6 +200,10 @@ async fn observe(State(app): State<Arc<AppState>>, request: Request, next: Next)
         .filter(|v| !v.is_empty() && v.len() <= 200)
         .map(str::to_string)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    // Handlers read it (recording, the shadow's log lines) as the log line does.
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        request.headers_mut().insert(REQUEST_ID, value);
+    }
     let method = request.method().clone();
     let path = request.uri().path().to_string();
     let in_flight = app.metrics.request_started();

@@ -1,0 +1,105 @@
+//! The service's hooks into recording ([`crate::record`]) and the shadow config
+//! ([`crate::shadow`]): what of the HTTP request they need (its id, how the answer was
+//! asked for, the body as received, whether a core is spare), taken here so that the
+//! handler only calls them. Both act after the answer has left.
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+
+use super::intake::Received;
+use super::AppState;
+use crate::answer::Verdict;
+use crate::engine::{Allocation, Engine, StepsFormat};
+use crate::explain::ExplainOptions;
+use crate::model::AllocateBody;
+use crate::record::{AnswerAsked, Decision, Record};
+use crate::shadow::ShadowEngine;
+
+/// What watches one `/allocate` request (taken when it comes in, so that a reload in the
+/// meantime does not mix configs).
+pub(super) struct Watch {
+    request_id: String,
+    recording: bool,
+    /// The digest of the config that answers.
+    config: String,
+    steps_given: Option<StepsFormat>,
+    shadow: Option<Arc<ShadowEngine>>,
+    shadow_ms_per_s: u64,
+}
+
+impl Watch {
+    /// `None` when nothing watches (the default): the request runs as if none of this were.
+    pub(super) fn of(app: &AppState, headers: &HeaderMap, steps_given: Option<StepsFormat>) -> Option<Watch> {
+        let recording = app.recorder.is_some();
+        let loaded = app.read();
+        if !recording && loaded.shadow.is_none() {
+            return None;
+        }
+        let request_id = headers.get(&super::REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        Some(Watch {
+            request_id,
+            recording,
+            config: loaded.config.digest(),
+            steps_given,
+            shadow: loaded.shadow.clone(),
+            shadow_ms_per_s: loaded.config.shadow_cpu_ms_per_s,
+        })
+    }
+
+    /// How the answer was asked for, as a record keeps it.
+    pub(super) fn asked(&self, explain: Option<&ExplainOptions>) -> AnswerAsked {
+        let steps = self.steps_given.map(|f| match f {
+            StepsFormat::Full => "full".to_string(),
+            StepsFormat::Removed => "removed".to_string(),
+        });
+        AnswerAsked { steps, explain: explain.map(|e| e.why_not.clone().unwrap_or_default()) }
+    }
+
+    /// Decides the request again with the shadow config, if there is one, when a core and
+    /// an allocation permit are spare.
+    pub(super) fn shadow(&self, app: &AppState, request: &AllocateBody<'_>, allocation: &Allocation) {
+        let Some(shadow) = &self.shadow else { return };
+        let core = app.cpu_slots.clone().try_acquire_owned().ok();
+        let spare = core.is_some() && app.permits.available_permits() > 0;
+        let stats = &app.shadow_stats;
+        crate::shadow::evaluate(shadow, stats, self.shadow_ms_per_s, spare, request, allocation, &self.request_id);
+    }
+
+    /// Hands the request to the recorder (when recording), with what was answered.
+    pub(super) fn record(
+        &self,
+        app: &AppState,
+        received: Received,
+        asked: AnswerAsked,
+        answered: (Verdict, String, Option<u64>),
+    ) {
+        let (Some(recorder), true) = (&app.recorder, self.recording) else { return };
+        let body = match received {
+            Received::Whole(bytes) => bytes,
+            Received::Arriving(body) => match body.complete() {
+                Some(bytes) => bytes.to_vec(),
+                None => return,
+            },
+        };
+        let (verdict, answer_digest, seed) = answered;
+        recorder.offer(Record {
+            request_id: self.request_id.clone(),
+            config: self.config.clone(),
+            seed,
+            asked,
+            status: verdict.status(),
+            decision: Decision::from(&verdict),
+            answer_digest,
+            body,
+        });
+    }
+}
+
+/// Gives the request a seed when it has none, so that its random draws can be made again:
+/// the configured one, or a fresh one (as the engine would draw).
+pub(super) fn fix_seed(request: &mut AllocateBody<'_>, engine: &Engine) {
+    if request.seed.is_none() {
+        request.seed = Some(engine.defaults().seed.unwrap_or_else(rand::random));
+    }
+}
