@@ -153,10 +153,10 @@ fn dump(entries: Vec<Value>) -> Result<Workload, FieldError> {
             Some(Value::String(s)) => s.clone(),
             Some(_) => return Err(invalid(field("brand"), "must be a string")),
         };
+        // CNAPI requires an owner of every VM it places.
         let owner = match vm.get("owner_uuid") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s.clone()),
-            Some(_) => return Err(invalid(field("owner_uuid"), "must be a string")),
+            Some(Value::String(s)) if uuid::Uuid::parse_str(s).is_ok() => Some(s.clone()),
+            _ => return Err(invalid(field("owner_uuid"), "must be a UUID (the VM's owner)")),
         };
         let index = vms.len();
         vms.push(SimVm { uuid, owner, brand, ram_mib, cpu_cap, quota_gib, package: None });
@@ -308,11 +308,11 @@ mod tests {
     #[test]
     fn dump_events_are_in_time_order_creation_first() {
         let dump = json!([
-            {"uuid": "a", "ram": 1024, "create_timestamp": "2020-01-01T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
-            {"uuid": "b", "ram": 1024, "create_timestamp": "2020-01-02T00:00:00Z"},
-            {"uuid": "c", "ram": 1024, "create_timestamp": "2020-01-03T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
-            {"uuid": "d", "ram": 1024},
-            {"uuid": "e", "ram": 1024, "create_timestamp": 1577836800000i64, "destroyed": 1}
+            {"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-01T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
+            {"uuid": "b", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-02T00:00:00Z"},
+            {"uuid": "c", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-03T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
+            {"uuid": "d", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024},
+            {"uuid": "e", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": 1577836800000i64, "destroyed": 1}
         ]);
         let w = read(dump.to_string().as_bytes(), 0).expect("reads");
         let order: Vec<(String, EventKind)> =
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn bad_entries_name_their_field() {
-        let e = read(br#"[{"uuid": "a", "ram": "lots", "create_timestamp": 1}]"#, 0).expect_err("bad");
+        let e = read(br#"[{"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": "lots", "create_timestamp": 1}]"#, 0).expect_err("bad");
         assert_eq!(e.field, "vms[0].ram");
         let e = read(br#"{"packages": [{"max_physical_memory": 1024}], "weights": [1, 2], "count": 3}"#, 0)
             .expect_err("bad");
