@@ -25,7 +25,8 @@ fn dapi() -> Command {
 /// A new file of the test's own holding `value`.
 fn file(name: &str, value: &Value) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("dapi-simulate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+    let dir =
+        std::env::temp_dir().join(format!("dapi-simulate-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(name);
     std::fs::write(&path, value.to_string()).expect("written");
@@ -54,7 +55,10 @@ fn arr(v: &Value) -> &Vec<Value> {
 /// 1000 MiB each: 68 fit, the 69th fails for want of RAM, every server is full.
 #[test]
 fn a_package_mix_fills_a_generated_datacenter_exactly() {
-    let mix = file("mix.json", &json!({"packages": [{"max_physical_memory": 1000, "cpu_cap": 100, "quota": 10240}], "count": 69}));
+    let mix = file(
+        "mix.json",
+        &json!({"packages": [{"max_physical_memory": 1000, "cpu_cap": 100, "quota": 10240}], "count": 69}),
+    );
     let doc = figures(&["--racks", "2", "--servers-per-rack", "2", "--ram", "20000M", mix.to_str().expect("path")]);
     let run = &doc["runs"][0];
     assert_eq!(run["placed"], 68);
@@ -77,7 +81,10 @@ fn a_package_mix_fills_a_generated_datacenter_exactly() {
     assert_eq!(doc["datacenter"]["racks"], 2);
     // The timeline ends where the run did.
     let last = arr(&run["timeline"]).last().cloned().unwrap_or_default();
-    assert_eq!((last["events"].clone(), last["placed"].clone(), last["failed"].clone()), (json!(69), json!(68), json!(1)));
+    assert_eq!(
+        (last["events"].clone(), last["placed"].clone(), last["failed"].clone()),
+        (json!(69), json!(68), json!(1))
+    );
 }
 
 /// One server with room for one VM: `a` lives from t1 to t3, `c` asks at t2 (fails: `a` is
@@ -115,9 +122,22 @@ fn creations_and_destructions_are_replayed_in_time_order() {
 /// server: the ticket's RAM still counts, so a server with room for two takes two of three.
 #[test]
 fn provisions_in_flight_are_tickets_that_count() {
-    let mix = file("mix.json", &json!({"packages": [{"max_physical_memory": 8000, "cpu_cap": 100, "quota": 1024}], "count": 3}));
+    let mix = file(
+        "mix.json",
+        &json!({"packages": [{"max_physical_memory": 8000, "cpu_cap": 100, "quota": 1024}], "count": 3}),
+    );
     for k in ["1", "3"] {
-        let doc = figures(&["--racks", "1", "--servers-per-rack", "1", "--ram", "20000M", "--concurrency", k, mix.to_str().expect("path")]);
+        let doc = figures(&[
+            "--racks",
+            "1",
+            "--servers-per-rack",
+            "1",
+            "--ram",
+            "20000M",
+            "--concurrency",
+            k,
+            mix.to_str().expect("path"),
+        ]);
         let run = &doc["runs"][0];
         assert_eq!((run["placed"].clone(), run["failed"].clone()), (json!(2), json!(1)), "concurrency {k}: {run}");
         assert_eq!(run["servers"][0]["vms"], 2, "in-flight VMs are listed by the end");
@@ -135,7 +155,9 @@ fn the_same_seed_gives_identical_json() {
                 "weights": [4, 1], "count": 300, "owners": 7}),
     );
     let path = mix.to_str().expect("path");
-    let args = |seed: &'static str| vec!["--json", "--no-timing", "--racks", "3", "--servers-per-rack", "4", "--ram", "64G", "--seed", seed, path];
+    let args = |seed: &'static str| {
+        vec!["--json", "--no-timing", "--racks", "3", "--servers-per-rack", "4", "--ram", "64G", "--seed", seed, path]
+    };
     let (c1, one, e1) = simulate(&args("42"));
     let (c2, two, e2) = simulate(&args("42"));
     let (c3, other, e3) = simulate(&args("43"));
@@ -156,13 +178,22 @@ fn the_same_seed_gives_identical_json() {
 /// comparison names each one with both servers, as the runs placed them.
 #[test]
 fn two_configs_side_by_side_report_the_vms_that_moved() {
-    let mix = file("mix.json", &json!({"packages": [{"max_physical_memory": 2048, "cpu_cap": 100, "quota": 10240}], "count": 40}));
+    let mix = file(
+        "mix.json",
+        &json!({"packages": [{"max_physical_memory": 2048, "cpu_cap": 100, "quota": 10240}], "count": 40}),
+    );
     let same = file("same.json", &json!({"defaults": {"weight_uniform_random": 0}}));
     let flipped = file("flipped.json", &json!({"defaults": {"weight_uniform_random": 0, "weight_unreserved_ram": -2}}));
     let base = ["--racks", "2", "--servers-per-rack", "4", "--ram", "64G"];
     let run_with = |b: &PathBuf| {
         let mut args = base.to_vec();
-        args.extend(["--config", same.to_str().expect("path"), "--vs", b.to_str().expect("path"), mix.to_str().expect("path")]);
+        args.extend([
+            "--config",
+            same.to_str().expect("path"),
+            "--vs",
+            b.to_str().expect("path"),
+            mix.to_str().expect("path"),
+        ]);
         figures(&args)
     };
     let doc = run_with(&same);
@@ -186,7 +217,13 @@ fn two_configs_side_by_side_report_the_vms_that_moved() {
 
     // The terminal summary shows both columns and the moved VMs.
     let mut args = base.to_vec();
-    args.extend(["--config", same.to_str().expect("path"), "--vs", flipped.to_str().expect("path"), mix.to_str().expect("path")]);
+    args.extend([
+        "--config",
+        same.to_str().expect("path"),
+        "--vs",
+        flipped.to_str().expect("path"),
+        mix.to_str().expect("path"),
+    ]);
     let (code, out, err) = simulate(&args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("A: ") && out.contains("B: "), "{out}");
@@ -197,20 +234,40 @@ fn two_configs_side_by_side_report_the_vms_that_moved() {
 /// --csv: a line per server; --report: one page with its charts, nothing fetched.
 #[test]
 fn csv_and_html_outputs() {
-    let mix = file("mix.json", &json!({"packages": [{"max_physical_memory": 4096, "cpu_cap": 100, "quota": 10240}], "count": 30}));
+    let mix = file(
+        "mix.json",
+        &json!({"packages": [{"max_physical_memory": 4096, "cpu_cap": 100, "quota": 10240}], "count": 30}),
+    );
     let dir = mix.parent().expect("dir").to_path_buf();
     let (csv, html) = (dir.join("out.csv"), dir.join("out.html"));
     let (code, _, err) = simulate(&[
-        "--racks", "3", "--servers-per-rack", "2", "--ram", "64G",
-        "--csv", csv.to_str().expect("path"), "--report", html.to_str().expect("path"),
-        "--vs", mix.to_str().expect("path"), // not a config: refused
+        "--racks",
+        "3",
+        "--servers-per-rack",
+        "2",
+        "--ram",
+        "64G",
+        "--csv",
+        csv.to_str().expect("path"),
+        "--report",
+        html.to_str().expect("path"),
+        "--vs",
+        mix.to_str().expect("path"), // not a config: refused
         mix.to_str().expect("path"),
     ]);
     assert_eq!(code, 2, "a workload given as a config is refused: {err}");
 
     let (code, _, err) = simulate(&[
-        "--racks", "3", "--servers-per-rack", "2", "--ram", "64G",
-        "--csv", csv.to_str().expect("path"), "--report", html.to_str().expect("path"),
+        "--racks",
+        "3",
+        "--servers-per-rack",
+        "2",
+        "--ram",
+        "64G",
+        "--csv",
+        csv.to_str().expect("path"),
+        "--report",
+        html.to_str().expect("path"),
         mix.to_str().expect("path"),
     ]);
     assert_eq!(code, 0, "{err}");
@@ -218,7 +275,8 @@ fn csv_and_html_outputs() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], "server,hostname,rack,vms,ram_pct,disk_pct,cpu_pct");
     assert_eq!(lines.len(), 7);
-    let vms: u64 = lines[1..].iter().map(|l| l.split(',').nth(3).and_then(|n| n.parse::<u64>().ok()).expect("vms")).sum();
+    let vms: u64 =
+        lines[1..].iter().map(|l| l.split(',').nth(3).and_then(|n| n.parse::<u64>().ok()).expect("vms")).sum();
     assert_eq!(vms, 30);
 
     let page = std::fs::read_to_string(&html).expect("page written");
@@ -234,9 +292,15 @@ fn csv_and_html_outputs() {
 #[test]
 fn bad_input_is_named() {
     let cases = [
-        (json!([{"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": "lots", "create_timestamp": 1}]), "vms[0].ram"),
+        (
+            json!([{"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": "lots", "create_timestamp": 1}]),
+            "vms[0].ram",
+        ),
         (json!([{"uuid": "a", "ram": 1024, "create_timestamp": 1}]), "vms[0].owner_uuid"),
-        (json!([{"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1, "create_timestamp": "yesterday"}]), "vms[0].create_timestamp"),
+        (
+            json!([{"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1, "create_timestamp": "yesterday"}]),
+            "vms[0].create_timestamp",
+        ),
         (json!({"packages": [{"max_physical_memory": 1024}], "weights": [0], "count": 3}), "weights"),
         (json!({"packages": [], "count": 3}), "packages"),
         (json!("nothing"), "workload"),

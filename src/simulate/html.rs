@@ -12,7 +12,8 @@ use super::text::{arr, num, rows};
 
 /// A and B's colours; the RAM classes' colours (the last is "other").
 const RUN_COLOURS: [&str; 2] = ["#2f6db5", "#e07b22"];
-const CLASS_COLOURS: [&str; 8] = ["#4e79a7", "#59a14f", "#edc948", "#b07aa1", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac"];
+const CLASS_COLOURS: [&str; 8] =
+    ["#4e79a7", "#59a14f", "#edc948", "#b07aa1", "#76b7b2", "#ff9da7", "#9c755f", "#bab0ac"];
 /// Servers in one row of the rack layout before it wraps.
 const ROW_SERVERS: usize = 48;
 
@@ -71,7 +72,9 @@ pub fn page(doc: &Value) -> String {
     h.push_str("</table>\n");
 
     h.push_str("<h2>Utilisation over servers</h2>\n<p>Servers per 5% band, for each dimension.</p>\n");
-    for (dim, title) in [("ram", "RAM (of what VMs may use)"), ("disk", "Disk (of the pool)"), ("cpu", "CPU (caps over cores)")] {
+    for (dim, title) in
+        [("ram", "RAM (of what VMs may use)"), ("disk", "Disk (of the pool)"), ("cpu", "CPU (caps over cores)")]
+    {
         let _ = writeln!(h, "<h3>{title}</h3>");
         histogram_svg(&mut h, dim, runs);
     }
@@ -132,7 +135,12 @@ pub fn page(doc: &Value) -> String {
 fn legend_runs(h: &mut String, runs: &[Value]) {
     h.push_str("<p class=\"legend\">");
     for (i, r) in runs.iter().enumerate() {
-        let _ = write!(h, "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>", RUN_COLOURS[i % 2], esc(&run_label(i, r)));
+        let _ = write!(
+            h,
+            "<span><i class=\"sw\" style=\"background:{}\"></i>{}</span>",
+            RUN_COLOURS[i % 2],
+            esc(&run_label(i, r))
+        );
     }
     h.push_str("</p>\n");
 }
@@ -150,7 +158,12 @@ fn histogram_svg(h: &mut String, dim: &str, runs: &[Value]) {
     let slot = (width - left) / bands as f64;
     let bar = (slot - 4.0) / runs.len().max(1) as f64;
     let _ = writeln!(h, "<svg id=\"histogram-{dim}\" viewBox=\"0 0 {width} {height}\" width=\"100%\" role=\"img\">");
-    let _ = writeln!(h, "<line x1=\"{left}\" y1=\"{}\" x2=\"{width}\" y2=\"{}\" stroke=\"#888\"/>", height - bottom, height - bottom);
+    let _ = writeln!(
+        h,
+        "<line x1=\"{left}\" y1=\"{}\" x2=\"{width}\" y2=\"{}\" stroke=\"#888\"/>",
+        height - bottom,
+        height - bottom
+    );
     let _ = writeln!(h, "<text class=\"axis\" x=\"2\" y=\"{}\">{}</text>", top + 10.0, max);
     for b in 0..bands {
         let x0 = left + b as f64 * slot + 2.0;
@@ -187,9 +200,16 @@ fn timeline_svg(h: &mut String, runs: &[Value]) {
         .flat_map(|s| s.iter())
         .map(|p| p["placed"].as_f64().unwrap_or(0.0).max(p["failed"].as_f64().unwrap_or(0.0)))
         .fold(1.0, f64::max);
-    let ram_max = series.iter().flat_map(|s| s.iter()).map(|p| p["ram_pct"].as_f64().unwrap_or(0.0)).fold(100.0, f64::max);
-    let _ = writeln!(h, "<svg id=\"timeline\" viewBox=\"0 0 {} {height}\" width=\"100%\" role=\"img\">", width * 2.0 + 20.0);
-    for (panel, (title, ymax)) in [("placements, failures", count_max), ("RAM in use %", ram_max)].into_iter().enumerate() {
+    let ram_max =
+        series.iter().flat_map(|s| s.iter()).map(|p| p["ram_pct"].as_f64().unwrap_or(0.0)).fold(100.0, f64::max);
+    let _ = writeln!(
+        h,
+        "<svg id=\"timeline\" viewBox=\"0 0 {} {height}\" width=\"100%\" role=\"img\">",
+        width * 2.0 + 20.0
+    );
+    for (panel, (title, ymax)) in
+        [("placements, failures", count_max), ("RAM in use %", ram_max)].into_iter().enumerate()
+    {
         let ox = panel as f64 * (width + 20.0);
         let x = |e: f64| ox + pad + (width - pad - 6.0) * e / events;
         let y = |v: f64| height - pad - (height - pad - 16.0) * v / ymax;
@@ -210,12 +230,20 @@ fn timeline_svg(h: &mut String, runs: &[Value]) {
             events
         );
         for (i, points) in series.iter().enumerate() {
-            let keys: &[(&str, &str)] =
-                if panel == 0 { &[("placed", ""), ("failed", " stroke-dasharray=\"5,3\"")] } else { &[("ram_pct", "")] };
+            let keys: &[(&str, &str)] = if panel == 0 {
+                &[("placed", ""), ("failed", " stroke-dasharray=\"5,3\"")]
+            } else {
+                &[("ram_pct", "")]
+            };
             for (key, dash) in keys {
                 let mut path = format!("M{:.1},{:.1}", x(0.0), y(0.0));
                 for p in points.iter() {
-                    let _ = write!(path, " L{:.1},{:.1}", x(p["events"].as_f64().unwrap_or(0.0)), y(p[*key].as_f64().unwrap_or(0.0)));
+                    let _ = write!(
+                        path,
+                        " L{:.1},{:.1}",
+                        x(p["events"].as_f64().unwrap_or(0.0)),
+                        y(p[*key].as_f64().unwrap_or(0.0))
+                    );
                 }
                 let _ = writeln!(h, "<path d=\"{path}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{dash}><title>{key}</title></path>", RUN_COLOURS[i % 2]);
             }
@@ -237,7 +265,11 @@ fn racks_svg(h: &mut String, index: usize, run: &Value) {
     }
     let rows: Vec<(String, &[&Value])> = racks
         .iter()
-        .flat_map(|(rack, list)| list.chunks(ROW_SERVERS).enumerate().map(move |(i, c)| (if i == 0 { rack.clone() } else { String::new() }, c)))
+        .flat_map(|(rack, list)| {
+            list.chunks(ROW_SERVERS)
+                .enumerate()
+                .map(move |(i, c)| (if i == 0 { rack.clone() } else { String::new() }, c))
+        })
         .collect();
     let (label_w, bar_w, gap, row_h, bar_h) = (70.0, 14.0, 3.0, 46.0, 38.0);
     let width = label_w + ROW_SERVERS as f64 * (bar_w + gap);

@@ -119,8 +119,7 @@ pub fn simulate(sim: &Simulation, engines: &[Chain<'_>]) -> Result<Value, SimErr
     };
     let workload = workload::read(&sim.workload, sim.seed)?;
     let classes = report::classes(&workload);
-    let options =
-        run::RunOptions { seed: sim.seed, concurrency: sim.concurrency, samples: 100, keep_json: false };
+    let options = run::RunOptions { seed: sim.seed, concurrency: sim.concurrency, samples: 100, keep_json: false };
     // Two configs run at once, one per core; each has its own datacenter.
     let results: Vec<Result<run::RunResult, String>> = std::thread::scope(|scope| {
         let handles: Vec<_> = engines

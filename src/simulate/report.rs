@@ -194,9 +194,10 @@ pub fn run_figures(label: &str, run: &RunResult, inputs: &Inputs<'_>) -> Value {
         "mean_vms_per_owner": round2(mean(&|o| o.2 as f64)),
     });
 
-    let first_failure = run.first_failure.as_ref().map_or(Value::Null, |f| {
-        json!({"event": f.event, "uuid": workload.vms[f.vm].uuid, "reason": f.reason})
-    });
+    let first_failure = run
+        .first_failure
+        .as_ref()
+        .map_or(Value::Null, |f| json!({"event": f.event, "uuid": workload.vms[f.vm].uuid, "reason": f.reason}));
     let mut out = json!({
         "config": label,
         "placed": run.placed,

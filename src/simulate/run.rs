@@ -179,7 +179,8 @@ pub fn run(
     let mut ram_total: f64 = 0.0;
     for s in dc.servers() {
         ram_total += finite(s.memory_total_bytes.num() / MIB * (1.0 - finite(s.reservation_ratio.num())));
-        ram_used += s.inline_vms().map(|(_, vm)| vm.load()).filter(|l| !l.failed).map(|l| finite(l.ram_mib)).sum::<f64>();
+        ram_used +=
+            s.inline_vms().map(|(_, vm)| vm.load()).filter(|l| !l.failed).map(|l| finite(l.ram_mib)).sum::<f64>();
     }
     let mut live = dc.servers().iter().map(Server::inline_vm_count).sum::<usize>();
 

@@ -36,7 +36,10 @@ pub(super) fn rows() -> Vec<(&'static str, Box<dyn Fn(&Value) -> String>)> {
     vec![
         ("placements", Box::new(|r: &Value| num(&r["placed"]))),
         ("failures", Box::new(|r: &Value| num(&r["failed"]))),
-        ("destroyed (ignored)", Box::new(|r: &Value| format!("{} ({})", num(&r["destroyed"]), num(&r["destroy_ignored"])))),
+        (
+            "destroyed (ignored)",
+            Box::new(|r: &Value| format!("{} ({})", num(&r["destroyed"]), num(&r["destroy_ignored"]))),
+        ),
         ("servers used", Box::new(|r: &Value| num(&r["servers_used"]))),
         ("RAM % mean/p50/p90", dist("ram")),
         ("disk % mean/p50/p90", dist("disk")),
@@ -54,7 +57,11 @@ pub(super) fn rows() -> Vec<(&'static str, Box<dyn Fn(&Value) -> String>)> {
         (
             "owner: max VMs/server",
             Box::new(|r: &Value| {
-                format!("{} (mean {})", num(&r["spread"]["max_vms_per_server"]), num(&r["spread"]["mean_max_vms_per_server"]))
+                format!(
+                    "{} (mean {})",
+                    num(&r["spread"]["max_vms_per_server"]),
+                    num(&r["spread"]["mean_max_vms_per_server"])
+                )
             }),
         ),
         ("owner: servers (mean)", Box::new(|r: &Value| num(&r["spread"]["mean_servers_per_owner"]))),
@@ -107,8 +114,15 @@ pub fn summary(doc: &Value) -> String {
         .enumerate()
         .map(|(i, r)| format!("{}: {}", ["A", "B"].get(i).unwrap_or(&"?"), r["config"].as_str().unwrap_or("")))
         .collect();
-    let table: Vec<(&str, Vec<String>)> = rows().into_iter().map(|(name, f)| (name, runs.iter().map(|r| f(r)).collect())).collect();
-    let width = table.iter().flat_map(|(_, cells)| cells.iter().map(|c| c.chars().count())).chain(labels.iter().map(|l| l.chars().count())).max().unwrap_or(10).min(60);
+    let table: Vec<(&str, Vec<String>)> =
+        rows().into_iter().map(|(name, f)| (name, runs.iter().map(|r| f(r)).collect())).collect();
+    let width = table
+        .iter()
+        .flat_map(|(_, cells)| cells.iter().map(|c| c.chars().count()))
+        .chain(labels.iter().map(|l| l.chars().count()))
+        .max()
+        .unwrap_or(10)
+        .min(60);
     out.push_str(&format!("{:26}", ""));
     for l in &labels {
         out.push_str(&format!("  {l:width$}"));

@@ -68,8 +68,7 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
 
 /// Reads a workload file: a package mix when it is an object with `packages`, else a dump.
 pub fn read(bytes: &[u8], seed: u64) -> Result<Workload, FieldError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|e| invalid("workload", format!("is not JSON: {e}")))?;
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| invalid("workload", format!("is not JSON: {e}")))?;
     match value {
         Value::Object(top) if top.contains_key("packages") => mix(&top, seed),
         Value::Object(mut top) => match top.remove("vms") {
@@ -128,12 +127,17 @@ fn dump(entries: Vec<Value>) -> Result<Workload, FieldError> {
                 skipped += 1;
                 continue;
             }
-            Some(v) => time(v).ok_or_else(|| invalid(field("create_timestamp"), "must be an ISO 8601 date or milliseconds"))?,
+            Some(v) => {
+                time(v).ok_or_else(|| invalid(field("create_timestamp"), "must be an ISO 8601 date or milliseconds"))?
+            }
         };
-        let destroyed = match vm.get("destroyed") {
-            None | Some(Value::Null) | Some(Value::Bool(false)) => None,
-            Some(v) => Some(time(v).ok_or_else(|| invalid(field("destroyed"), "must be an ISO 8601 date, milliseconds, null or false"))?),
-        };
+        let destroyed =
+            match vm.get("destroyed") {
+                None | Some(Value::Null) | Some(Value::Bool(false)) => None,
+                Some(v) => Some(time(v).ok_or_else(|| {
+                    invalid(field("destroyed"), "must be an ISO 8601 date, milliseconds, null or false")
+                })?),
+            };
         let ram_mib = vm
             .get("ram")
             .and_then(number)
@@ -191,14 +195,7 @@ fn dump(entries: Vec<Value>) -> Result<Workload, FieldError> {
             EventKind::Destroy => ordered.push(e),
         }
     }
-    Ok(Workload {
-        vms,
-        events: ordered,
-        packages: Vec::new(),
-        package_names: Vec::new(),
-        source: "dump",
-        skipped,
-    })
+    Ok(Workload { vms, events: ordered, packages: Vec::new(), package_names: Vec::new(), source: "dump", skipped })
 }
 
 fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, FieldError> {
@@ -213,14 +210,16 @@ fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, Fiel
             .enumerate()
             .map(|(i, v)| number(v).ok_or_else(|| invalid(format!("weights[{i}]"), "must be a non-negative number")))
             .collect::<Result<_, _>>()?,
-        Some(_) => return Err(invalid("weights", format!("must be an array of {} numbers, one per package", packages.len()))),
+        Some(_) => {
+            return Err(invalid("weights", format!("must be an array of {} numbers, one per package", packages.len())))
+        }
     };
     let chooser = WeightedIndex::new(&weights).map_err(|_| invalid("weights", "need one weight above 0"))?;
-    let count = top
-        .get("count")
-        .and_then(Value::as_u64)
-        .filter(|n| (1..=MAX_VMS as u64).contains(n))
-        .ok_or_else(|| invalid("count", format!("must be a whole number from 1 to {MAX_VMS}")))? as usize;
+    let count =
+        top.get("count")
+            .and_then(Value::as_u64)
+            .filter(|n| (1..=MAX_VMS as u64).contains(n))
+            .ok_or_else(|| invalid("count", format!("must be a whole number from 1 to {MAX_VMS}")))? as usize;
     let owners = match top.get("owners") {
         None | Some(Value::Null) => 1,
         Some(v) => v
@@ -315,10 +314,17 @@ mod tests {
             {"uuid": "e", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": 1577836800000i64, "destroyed": 1}
         ]);
         let w = read(dump.to_string().as_bytes(), 0).expect("reads");
-        let order: Vec<(String, EventKind)> =
-            w.events.iter().map(|e| (w.vms[e.vm].uuid.clone(), e.kind)).collect();
+        let order: Vec<(String, EventKind)> = w.events.iter().map(|e| (w.vms[e.vm].uuid.clone(), e.kind)).collect();
         use EventKind::*;
-        let want = [("a", Create), ("e", Create), ("e", Destroy), ("b", Create), ("c", Create), ("a", Destroy), ("c", Destroy)];
+        let want = [
+            ("a", Create),
+            ("e", Create),
+            ("e", Destroy),
+            ("b", Create),
+            ("c", Create),
+            ("a", Destroy),
+            ("c", Destroy),
+        ];
         let want: Vec<(String, EventKind)> = want.iter().map(|(u, k)| (u.to_string(), *k)).collect();
         assert_eq!(order, want);
         assert_eq!(w.skipped, 1);
