@@ -26,12 +26,15 @@ pub(super) fn num(v: &Value) -> String {
 }
 
 /// The rows of the side-by-side table: label, and how to read it from a run.
-pub(super) fn rows() -> Vec<(&'static str, Box<dyn Fn(&Value) -> String>)> {
+/// How a row of the table reads its cell from a run.
+pub(super) type Cell = Box<dyn Fn(&Value) -> String>;
+
+pub(super) fn rows() -> Vec<(&'static str, Cell)> {
     let dist = |dim: &'static str| {
         Box::new(move |r: &Value| {
             let u = &r["utilisation"][dim];
             format!("{} / {} / {}", num(&u["mean"]), num(&u["p50"]), num(&u["p90"]))
-        }) as Box<dyn Fn(&Value) -> String>
+        }) as Cell
     };
     vec![
         ("placements", Box::new(|r: &Value| num(&r["placed"]))),
@@ -115,7 +118,7 @@ pub fn summary(doc: &Value) -> String {
         .map(|(i, r)| format!("{}: {}", ["A", "B"].get(i).unwrap_or(&"?"), r["config"].as_str().unwrap_or("")))
         .collect();
     let table: Vec<(&str, Vec<String>)> =
-        rows().into_iter().map(|(name, f)| (name, runs.iter().map(|r| f(r)).collect())).collect();
+        rows().into_iter().map(|(name, f)| (name, runs.iter().map(&f).collect())).collect();
     let width = table
         .iter()
         .flat_map(|(_, cells)| cells.iter().map(|c| c.chars().count()))
