@@ -118,6 +118,42 @@ fn creations_and_destructions_are_replayed_in_time_order() {
     assert_eq!(placed, [1, 1, 1, 2]);
 }
 
+/// A CNAPI dump's servers with their VMs: a workload VM they list already is not placed
+/// again, and its destruction takes it off its server.
+#[test]
+fn a_server_dump_keeps_its_vms_and_loses_the_destroyed_ones() {
+    let servers = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/capacity.json");
+    let owner = "0e000000-0000-4000-8000-000000000000";
+    let dump = file(
+        "dump.json",
+        &json!([
+            {"uuid": "5cde1411-da97-45b4-b542-e61d30792ccd", "owner_uuid": owner, "ram": 1024,
+             "create_timestamp": "2020-01-01T00:00:00Z", "destroyed": "2024-01-01T00:00:00Z"},
+            {"uuid": "f0000000-0000-4000-8000-000000000001", "owner_uuid": owner, "ram": 2048, "quota": 20, "cpu_cap": 100,
+             "create_timestamp": "2024-01-02T00:00:00Z"}
+        ]),
+    );
+    let before =
+        figures(&["--servers", servers.to_str().expect("path"), file("none.json", &json!([])).to_str().expect("path")]);
+    let after = figures(&["--servers", servers.to_str().expect("path"), dump.to_str().expect("path")]);
+    let run = &after["runs"][0];
+    assert_eq!(after["datacenter"]["source"], "dump");
+    assert_eq!(
+        (run["already_listed"].clone(), run["placed"].clone(), run["destroyed"].clone()),
+        (json!(1), json!(1), json!(1)),
+        "{run}"
+    );
+    let vms = |doc: &Value| {
+        arr(&doc["runs"][0]["servers"]).iter().map(|s| s["vms"].as_i64().unwrap_or(-1)).collect::<Vec<_>>()
+    };
+    let (b, a) = (vms(&before), vms(&after));
+    assert_eq!(b.iter().sum::<i64>(), a.iter().sum::<i64>(), "one VM gone, one placed: {b:?} {a:?}");
+    // The destroyed VM was on the first server: it has one VM less, unless the new one
+    // landed there.
+    let landed_elsewhere = a[1..] != b[1..];
+    assert_eq!(a[0], if landed_elsewhere { b[0] - 1 } else { b[0] }, "{b:?} {a:?}");
+}
+
 /// With K provisions in flight, the K−1 before a VM are open tickets, not yet VMs on the
 /// server: the ticket's RAM still counts, so a server with room for two takes two of three.
 #[test]

@@ -204,6 +204,7 @@ pub fn run_figures(label: &str, run: &RunResult, inputs: &Inputs<'_>) -> Value {
         "failed": run.failed,
         "destroyed": run.destroyed,
         "destroy_ignored": run.destroy_ignored,
+        "already_listed": run.already_listed,
         "first_failure": first_failure,
         "servers_used": servers.iter().filter(|s| s.vms > 0).count(),
         "utilisation": {"ram": distribution(&ram), "disk": distribution(&disk), "cpu": distribution(&cpu)},

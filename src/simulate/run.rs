@@ -87,6 +87,8 @@ pub struct RunResult {
     pub destroyed: usize,
     /// Destructions of VMs not on any server (their creation failed).
     pub destroy_ignored: usize,
+    /// Creations of VMs the datacenter dump lists already (not allocated again).
+    pub already_listed: usize,
     pub first_failure: Option<FirstFailure>,
     /// Each placement's engine time, microseconds, in event order.
     pub decision_us: Vec<f64>,
@@ -183,6 +185,14 @@ pub fn run(
             s.inline_vms().map(|(_, vm)| vm.load()).filter(|l| !l.failed).map(|l| finite(l.ram_mib)).sum::<f64>();
     }
     let mut live = dc.servers().iter().map(Server::inline_vm_count).sum::<usize>();
+    // VMs the dump's servers list already: a workload dump taken with them holds their
+    // creations too, which are not placed again.
+    let listed: std::collections::HashMap<String, ServerId> = dc
+        .servers()
+        .iter()
+        .enumerate()
+        .flat_map(|(id, s)| s.inline_vms().map(move |(uuid, _)| (uuid.to_string(), id)))
+        .collect();
 
     let mut fates = vec![Fate::NotCreated; workload.vms.len()];
     let mut placed_ram = vec![0.0; workload.vms.len()];
@@ -194,6 +204,7 @@ pub fn run(
         failed: 0,
         destroyed: 0,
         destroy_ignored: 0,
+        already_listed: 0,
         first_failure: None,
         decision_us: Vec::with_capacity(workload.vms.len()),
         timeline: Vec::new(),
@@ -208,6 +219,10 @@ pub fn run(
     for (n, event) in workload.events.iter().enumerate() {
         let sim = &workload.vms[event.vm];
         match event.kind {
+            EventKind::Create if listed.contains_key(&sim.uuid) => {
+                fates[event.vm] = listed.get(&sim.uuid).map_or(Fate::NotCreated, |id| Fate::Placed(*id));
+                result.already_listed += 1;
+            }
             EventKind::Create => {
                 while in_flight.len() >= concurrency {
                     if let Some(f) = in_flight.pop_front() {
