@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench bench-inventory bench-custom bench-owner-filter load soak fuzz docker clean
+.PHONY: help build run test lint conformance openapi bench bench-inventory bench-custom bench-owner-filter bench-simulate report-check load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -65,6 +65,12 @@ bench-custom: ## what custom plugins (plugins_dir) add, at 500 and 5,000 servers
 
 bench-owner-filter: ## what filter_owner_server snippets add, at 500 and 5,000 servers
 	$(CARGO) bench --bench owner_filter
+
+bench-simulate: build ## dapi simulate: ~100,000 events on 1,000 generated servers, timed
+	bash scripts/simulate-bench.sh
+
+report-check: build ## dapi simulate --report in headless Chromium: no console errors, a screenshot
+	bash scripts/report-check.sh
 
 load: ## wrk against dapi serve: 50 servers, 16 connections, 30 s (needs wrk)
 	sh scripts/load.sh

@@ -1,4 +1,4 @@
-//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `replay`, `openapi`.
+//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `replay`, `simulate`, `openapi`.
 //!
 //! `allocate` and `capacity` run one request through the same answer path as the service
 //! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts
@@ -101,6 +101,26 @@ Decides every request the service recorded (record.dir) again with the config gi
 which, and why: the first step that leaves other servers than with the recorded config
 (kept in DIR/configs), or, when every step agrees, the scores of the two winners by
 scorer. Records whose own config no longer gives the recorded answer are listed.";
+const SIMULATE_HELP: &str = "\
+Replays a workload on a datacenter with the plugin chain, as the original's bin/sim.js did,
+and reports what it did: placements, failures (the first with its reason), utilisation per
+dimension, servers used, stranded capacity, VMs per owner per server, decision times, and
+the servers rack by rack. With --vs, a second config runs on the same workload and each
+figure is shown side by side, with the VMs that landed differently.
+
+Datacenter: --servers FILE (a CNAPI dump, as dapi capacity reads it), or generated:
+  --racks, --servers-per-rack, --ram, --disk, --cpus (sizes as 512M, 256G, 3T).
+
+WORKLOAD is a JSON file:
+  a VMAPI dump: [{uuid, owner_uuid, ram, cpu_cap, quota, brand, create_timestamp,
+    destroyed}, ...] (or {\"vms\": [...]}); creations and destructions replayed in time
+    order; entries without create_timestamp are skipped;
+  or a package mix: {\"packages\": [PAPI package, ...], \"weights\": [n, ...],
+    \"count\": N, \"owners\": N?, \"brand\": \"joyent\"?}, drawn with --seed.
+
+Output: the summary on standard output (or --json); --csv FILE and --report FILE (one
+self-contained HTML page) as well. The same seed gives the same figures (--no-timing
+leaves out the only ones that vary: decision times).";
 
 const PLUGINS_HELP: &str = "\
 Lists the plugins an allocation description may name: the built-in ones, then the custom
@@ -215,6 +235,9 @@ enum Command {
         #[arg(value_name = "DIR")]
         dir: PathBuf,
     },
+    /// Replay a workload on a datacenter and report what the chain did (one or two configs)
+    #[command(long_about = SIMULATE_HELP, after_long_help = CONFIG_HELP)]
+    Simulate(Box<SimulateArgs>),
     /// Print the service's OpenAPI document
     Openapi,
     /// Inventory mode: feed the PostgreSQL inventory
@@ -234,6 +257,56 @@ enum InventoryCommand {
         #[arg(value_name = "DUMP")]
         dump: PathBuf,
     },
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Config A (JSON, laid over the built-in config) [default: $DAPI_CONFIG, if set]
+    #[arg(long, value_name = "A.json")]
+    config: Option<PathBuf>,
+    /// Config B, run on the same workload beside A
+    #[arg(long, value_name = "B.json")]
+    vs: Option<PathBuf>,
+    /// The datacenter: a CNAPI server dump ({"servers": [...]} or a bare array)
+    #[arg(long, value_name = "SERVERS.json", conflicts_with_all = ["racks", "servers_per_rack", "ram", "disk", "cpus"])]
+    servers: Option<PathBuf>,
+    /// Generated datacenter: racks
+    #[arg(long, default_value_t = 24)]
+    racks: usize,
+    /// Generated datacenter: servers in each rack
+    #[arg(long, default_value_t = 12)]
+    servers_per_rack: usize,
+    /// Generated datacenter: RAM of each server
+    #[arg(long, default_value = "256G")]
+    ram: String,
+    /// Generated datacenter: zpool size of each server
+    #[arg(long, default_value = "3T")]
+    disk: String,
+    /// Generated datacenter: CPU cores of each server
+    #[arg(long, default_value_t = 32)]
+    cpus: u32,
+    /// Seed of the package mix and of score-uniform-random (placement n uses seed + n)
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Provisions in flight: each VM is allocated while the K-1 before it are still
+    /// open tickets
+    #[arg(long, default_value_t = 1, value_name = "K")]
+    concurrency: usize,
+    /// Print the figures as JSON instead of the summary
+    #[arg(long)]
+    json: bool,
+    /// Also write per-server figures as CSV (- for standard output)
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Also write a self-contained HTML report
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// Leave out decision times (the only figures that differ between identical runs)
+    #[arg(long)]
+    no_timing: bool,
+    /// The workload: a VMAPI VM dump or a package mix (JSON file, - for standard input)
+    #[arg(value_name = "WORKLOAD")]
+    workload: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -279,6 +352,8 @@ pub enum CliError {
     Config(ConfigError),
     /// The input cannot be read (`input` as given; `-` is standard input).
     Read { input: PathBuf, error: std::io::Error },
+    /// An output file cannot be written.
+    Write { output: PathBuf, error: std::io::Error },
     /// The request was refused (or, for `Internal`, failed).
     Answer(AnswerError),
     /// The listen address cannot be bound.
@@ -308,6 +383,7 @@ impl fmt::Display for CliError {
                 write!(f, "cannot read standard input: {error}")
             }
             CliError::Read { input, error } => write!(f, "cannot read {}: {error}", input.display()),
+            CliError::Write { output, error } => write!(f, "cannot write {}: {error}", output.display()),
             CliError::Answer(e) => e.fmt(f),
             CliError::Listen { addr, error } => write!(f, "cannot listen on {addr}: {error}"),
             CliError::Io { what, error } => write!(f, "internal error: {what}: {error}"),
@@ -321,7 +397,10 @@ impl std::error::Error for CliError {
         match self {
             CliError::Config(e) => Some(e),
             CliError::Answer(e) => Some(e),
-            CliError::Read { error, .. } | CliError::Listen { error, .. } | CliError::Io { error, .. } => Some(error),
+            CliError::Read { error, .. }
+            | CliError::Write { error, .. }
+            | CliError::Listen { error, .. }
+            | CliError::Io { error, .. } => Some(error),
             CliError::Inventory(_) => None,
         }
     }
@@ -412,6 +491,67 @@ fn run(command: Command) -> Result<(), CliError> {
             }
         }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),
+        Command::Simulate(args) => simulate(*args),
+    }
+}
+
+/// `dapi simulate`: reads the inputs, runs [`crate::simulate`], writes the outputs.
+fn simulate(args: SimulateArgs) -> Result<(), CliError> {
+    use crate::simulate::{datacenter, Chain, Servers, SimError, Simulation};
+    let invalid = |field: &str, message: String| {
+        CliError::Answer(AnswerError::Invalid(vec![crate::model::FieldError::invalid(field, message)]))
+    };
+    let label = |path: Option<&Path>| path.map_or("built-in".to_string(), |p| p.display().to_string());
+    let config_a = ServiceConfig::from_process(args.config.as_deref())?;
+    let engine_a = config_a.engine()?;
+    let config_b = args.vs.as_deref().map(|path| ServiceConfig::from_process(Some(path))).transpose()?;
+    let engine_b = config_b.as_ref().map(ServiceConfig::engine).transpose()?;
+    let servers = match &args.servers {
+        Some(path) => Servers::Dump(read_input(path)?),
+        None => Servers::Generate(datacenter::Generate {
+            racks: args.racks,
+            servers_per_rack: args.servers_per_rack,
+            ram_mib: datacenter::parse_size(&args.ram).map_err(|m| invalid("ram", m))?,
+            disk_mib: datacenter::parse_size(&args.disk).map_err(|m| invalid("disk", m))?,
+            cpu_cores: args.cpus,
+            ..datacenter::Generate::default()
+        }),
+    };
+    let sim = Simulation {
+        servers,
+        workload: read_input(&args.workload)?,
+        seed: args.seed,
+        concurrency: args.concurrency,
+        timing: !args.no_timing,
+    };
+    let env_config = std::env::var_os("DAPI_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let a_label = label(args.config.as_deref().or(env_config.as_deref()));
+    let mut engines = vec![Chain::new(a_label, &engine_a, config_a.plugins_dir.is_some())];
+    if let (Some(config), Some(engine)) = (&config_b, &engine_b) {
+        engines.push(Chain::new(label(args.vs.as_deref()), engine, config.plugins_dir.is_some()));
+    }
+    let doc = crate::simulate::simulate(&sim, &engines).map_err(|e| match e {
+        SimError::Invalid(f) => CliError::Answer(AnswerError::Invalid(vec![f])),
+        SimError::Engine(m) => CliError::Answer(AnswerError::Internal(m)),
+    })?;
+    let write = |path: &Path, bytes: Vec<u8>| -> Result<(), CliError> {
+        if path == Path::new("-") {
+            return print(bytes);
+        }
+        std::fs::write(path, bytes).map_err(|error| CliError::Write { output: path.to_path_buf(), error })
+    };
+    if let Some(path) = &args.csv {
+        write(path, crate::simulate::report::csv(&doc).into_bytes())?;
+    }
+    if let Some(path) = &args.report {
+        write(path, crate::simulate::html::page(&doc).into_bytes())?;
+    }
+    if args.json {
+        print(doc.to_string().into_bytes())
+    } else if args.csv.as_deref() == Some(Path::new("-")) {
+        Ok(())
+    } else {
+        print(crate::simulate::text::summary(&doc).into_bytes())
     }
 }
 

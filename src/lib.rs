@@ -5,7 +5,8 @@
 //! * [`plugins`]: the hard filters, soft filters, scorers and transforms, one per file.
 //! * [`js`]: the JavaScript value semantics the original's answers depend on.
 //! * [`answer`]: the one path from a request body to an answer, used by the service
-//!   ([`http`]) and the command line ([`cli`]); [`batch`]: many VMs in one request.
+//!   ([`http`]) and the command line ([`cli`]); [`batch`]: many VMs in one request;
+//!   [`simulate`]: a chain run over a datacenter and a workload over time.
 
 pub mod answer;
 pub mod batch;
@@ -24,5 +25,6 @@ pub mod record;
 pub mod registry;
 pub mod replay;
 pub mod shadow;
+pub mod simulate;
 pub mod validate;
 pub mod wire;
