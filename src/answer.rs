@@ -334,6 +334,20 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<Capacit
     Ok(CapacityAnswer { servers: servers.len(), body })
 }
 
+/// `dapi check`: the servers read and checked as `/capacity` reads them, then which could
+/// take a VM of the asked size (crate::check).
+pub fn check(
+    engine: &Engine,
+    limits: &Limits,
+    body: &[u8],
+    query: &crate::check::CheckQuery,
+) -> Result<serde_json::Value, AnswerError> {
+    let (_, servers) = parse_capacity_body(body)?;
+    check_limits(limits, &servers)?;
+    validate_server_list(&servers)?;
+    crate::check::check(engine, &servers, query)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

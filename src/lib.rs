@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod batch;
 pub mod capacity;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod engine;
