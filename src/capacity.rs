@@ -51,6 +51,17 @@ const PLACEMENT_INDEPENDENT: &[&str] = &[
     "calculate-server-unreserved",
 ];
 
+/// Chain filters whose verdict on a server can only turn from keep to remove as VMs of the
+/// same package are placed (room shrinks, the VM count grows).
+/// `hard-filter-force-failure` reads only the VM asked for: it decides the same throughout.
+const MONOTONE: &[&str] = &[
+    "hard-filter-min-ram",
+    "hard-filter-min-cpu",
+    "hard-filter-min-disk",
+    "hard-filter-vm-count",
+    "hard-filter-force-failure",
+];
+
 /// `vm-count`'s default limit, when the defaults set none.
 const DEFAULT_VM_LIMIT: f64 = 224.0;
 const FUDGE_MIB: f64 = 10.0 * 1024.0;
@@ -491,6 +502,13 @@ pub fn exact(
     crate::validate::validate_allocate(&mut body)?;
     let servers = std::mem::take(&mut body.servers);
     let raw = std::mem::take(&mut body.raw_servers);
+    // Only owner filters and custom plugins read the servers' JSON; keeping it current
+    // (rewritten at each placement) is the dearest part of listing a VM.
+    let registry = crate::registry::built_in();
+    let names: Vec<&str> = engine.chain().plugins().iter().map(|p| p.name()).collect();
+    let reads_json = engine.defaults().filter_owner_server.truthy()
+        || names.iter().any(|n| !registry.iter().any(|p| p.name() == *n));
+    let raw = if reads_json { raw } else { Vec::new() };
     let mut counts = vec![0usize; servers.len()];
     let mut dc = Datacenter::new(servers, raw);
     let request = VmRequest {
@@ -500,11 +518,43 @@ pub fn exact(
         tickets: &body.tickets,
         seed: Some(1),
     };
+    // A server removed by one of the chain's leading per-server filters stays removed as
+    // VMs are placed (those filters do not see the placement, or only see room shrink), and
+    // nothing before them compares servers: later placements need not offer it again.
+    // `hard-filter-volumes-from` passes every server on when the VM takes no volumes (it
+    // keeps the first holder otherwise, which depends on the others).
+    let no_volumes = !body.vm.docker.truthy() || !body.vm.internal_metadata.truthy();
+    let safe = |name: &str| {
+        PLACEMENT_INDEPENDENT.contains(&name)
+            || MONOTONE.contains(&name)
+            || (no_volumes && name == "hard-filter-volumes-from")
+    };
+    let prunable: Vec<&str> = match engine.chain() {
+        Expr::Pipe(items) => items
+            .iter()
+            .map_while(|e| match e {
+                Expr::Plugin(p) if safe(p.name()) => Some(p.name()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut candidates: Vec<ServerId> = (0..dc.servers().len()).collect();
+    let mut offered = vec![false; dc.servers().len()];
     for n in 0..EXACT_MAX {
         let uuid = format!("00000000-0000-4000-9000-{n:012x}");
-        let allocation = engine.place(&mut dc, &request, &uuid).map_err(|e| AnswerError::Internal(e.to_string()))?;
+        let allocation = engine
+            .place_among(&mut dc, &request, &uuid, candidates.clone())
+            .map_err(|e| AnswerError::Internal(e.to_string()))?;
         let Some(id) = allocation.chosen else { break };
         counts[id] += 1;
+        // The steps of the leading filters, in order: what the last of them kept goes on.
+        let leading = allocation.steps.iter().take_while(|s| prunable.contains(&s.plugin)).count();
+        if leading == prunable.len() && leading > 0 {
+            offered.iter_mut().for_each(|o| *o = false);
+            allocation.steps[leading - 1].remaining.iter().for_each(|&id| offered[id] = true);
+            candidates.retain(|&id| offered[id]);
+        }
     }
     Ok(counts)
 }
@@ -624,24 +674,23 @@ pub fn packages_answer(
             for (t, v) in stranded.iter_mut().zip(s.stranded) {
                 *t += v.unwrap_or(0.0);
             }
-            per_server.insert(
-                keys[*id].clone(),
-                json!({
-                    "slots": num_to_json(s.slots),
-                    "limiting": s.limiting,
-                    "stranded": stranded_json(s.stranded),
-                }),
-            );
+            let mut entry = Map::new();
+            entry.insert("slots".into(), num_to_json(s.slots));
+            entry.insert("limiting".into(), Value::String(s.limiting.into()));
+            entry.insert("stranded".into(), stranded_json(s.stranded));
+            per_server.insert(keys[*id].clone(), Value::Object(entry));
         }
-        let mut answer = json!({
-            "package": raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i)),
-            "slots": num_to_json(slots),
-            "servers_with_room": with_room,
-            "limiting": limiting,
-            "stranded": {"ram": num_to_json(stranded[0]), "cpu": num_to_json(stranded[1]), "disk": num_to_json(stranded[2])},
-            "servers": per_server,
-            "left_out": left_out,
-        });
+        // Built member by member: `json!` would copy each map by serialising it again.
+        let mut answer = Map::new();
+        let name = raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i));
+        answer.insert("package".into(), name);
+        answer.insert("slots".into(), num_to_json(slots));
+        answer.insert("servers_with_room".into(), json!(with_room));
+        answer.insert("limiting".into(), Value::Object(limiting));
+        answer.insert("stranded".into(), stranded_json(stranded.map(Some)));
+        answer.insert("servers".into(), Value::Object(per_server));
+        answer.insert("left_out".into(), Value::Object(left_out));
+        let mut answer = Value::Object(answer);
         if query.exact {
             let exact_counts = exact(engine, raw_servers, vm_json, &query.image, raw)?;
             let per: Map<String, Value> = exact_counts
@@ -659,7 +708,11 @@ pub fn packages_answer(
 
 fn stranded_json(s: [Option<f64>; 3]) -> Value {
     let v = |x: Option<f64>| x.map_or(Value::Null, num_to_json);
-    json!({"ram": v(s[0]), "cpu": v(s[1]), "disk": v(s[2])})
+    let mut m = Map::new();
+    m.insert("ram".into(), v(s[0]));
+    m.insert("cpu".into(), v(s[1]));
+    m.insert("disk".into(), v(s[2]));
+    Value::Object(m)
 }
 
 /// The packages part of a capacity answer as a table (`dapi capacity --package`): per
