@@ -16,6 +16,9 @@
 //! each VM listed on the server chosen for it, until nothing fits; spreading, locality and
 //! scorers are honoured.
 
+use std::sync::Arc;
+
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::answer::AnswerError;
@@ -634,7 +637,7 @@ pub fn packages_answer(
     servers: &[Server<'_>],
     raw_servers: &[&str],
     query: &PackageQuery,
-) -> Result<Value, AnswerError> {
+) -> Result<Vec<PackageSlots>, AnswerError> {
     let invalid =
         |field: &str, e: serde_json::Error| AnswerError::Invalid(vec![FieldError::invalid(field, e.to_string())]);
     let image: Image = serde_json::from_value(query.image.clone()).map_err(|e| invalid("image", e))?;
@@ -645,7 +648,7 @@ pub fn packages_answer(
         .collect::<Result<Vec<_>, _>>()?;
     // The placement-independent part runs once per distinct template, not per package.
     let mut prepared: Vec<(String, Prepared<'_>)> = Vec::new();
-    let keys: Vec<String> = servers.iter().map(Server::reason_key).collect();
+    let keys: Arc<[String]> = servers.iter().map(Server::reason_key).collect();
     let mut answers = Vec::new();
     for (i, (package, raw)) in query.packages.iter().enumerate() {
         let (vm_json, vm) = (&vm_jsons[i], &vms[i]);
@@ -659,12 +662,10 @@ pub fn packages_answer(
         };
         let group = &prepared[at].1;
         let counts = count(engine, group, package, vm, &image);
-        let left_out = group.left_out.clone();
-        let mut per_server = Map::new();
         let mut limiting = Map::new();
         let mut stranded = [0.0f64; 3];
         let (mut slots, mut with_room) = (0.0, 0usize);
-        for (id, s) in &counts {
+        for (_, s) in &counts {
             slots += s.slots;
             if s.slots > 0.0 {
                 with_room += 1;
@@ -674,24 +675,8 @@ pub fn packages_answer(
             for (t, v) in stranded.iter_mut().zip(s.stranded) {
                 *t += v.unwrap_or(0.0);
             }
-            let mut entry = Map::new();
-            entry.insert("slots".into(), num_to_json(s.slots));
-            entry.insert("limiting".into(), Value::String(s.limiting.into()));
-            entry.insert("stranded".into(), stranded_json(s.stranded));
-            per_server.insert(keys[*id].clone(), Value::Object(entry));
         }
-        // Built member by member: `json!` would copy each map by serialising it again.
-        let mut answer = Map::new();
-        let name = raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i));
-        answer.insert("package".into(), name);
-        answer.insert("slots".into(), num_to_json(slots));
-        answer.insert("servers_with_room".into(), json!(with_room));
-        answer.insert("limiting".into(), Value::Object(limiting));
-        answer.insert("stranded".into(), stranded_json(stranded.map(Some)));
-        answer.insert("servers".into(), Value::Object(per_server));
-        answer.insert("left_out".into(), Value::Object(left_out));
-        let mut answer = Value::Object(answer);
-        if query.exact {
+        let exact = if query.exact {
             let exact_counts = exact(engine, raw_servers, vm_json, &query.image, raw)?;
             let per: Map<String, Value> = exact_counts
                 .iter()
@@ -699,20 +684,81 @@ pub fn packages_answer(
                 .filter(|(_, &n)| n > 0)
                 .map(|(id, &n)| (keys[id].clone(), json!(n)))
                 .collect();
-            answer["exact"] = json!({"slots": exact_counts.iter().sum::<usize>(), "servers": per});
-        }
-        answers.push(answer);
+            Some(json!({"slots": exact_counts.iter().sum::<usize>(), "servers": per}))
+        } else {
+            None
+        };
+        answers.push(PackageSlots {
+            package: raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i)),
+            slots,
+            servers_with_room: with_room,
+            limiting,
+            stranded: stranded.map(Some),
+            servers: ServerSlots { keys: keys.clone(), counts },
+            left_out: group.left_out.clone(),
+            exact,
+        });
     }
-    Ok(Value::Array(answers))
+    Ok(answers)
 }
 
-fn stranded_json(s: [Option<f64>; 3]) -> Value {
-    let v = |x: Option<f64>| x.map_or(Value::Null, num_to_json);
-    let mut m = Map::new();
-    m.insert("ram".into(), v(s[0]));
-    m.insert("cpu".into(), v(s[1]));
-    m.insert("disk".into(), v(s[2]));
-    Value::Object(m)
+/// One package's part of the answer, written straight to JSON (at thousands of servers a
+/// tree of `Value`s per server costs more than the counting).
+#[derive(Debug, Serialize)]
+pub struct PackageSlots {
+    /// The package's uuid, else its name, else its index.
+    pub package: Value,
+    #[serde(serialize_with = "js_num")]
+    pub slots: f64,
+    pub servers_with_room: usize,
+    pub limiting: Map<String, Value>,
+    #[serde(serialize_with = "stranded_out")]
+    pub stranded: [Option<f64>; 3],
+    pub servers: ServerSlots,
+    pub left_out: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<Value>,
+}
+
+/// Per server: `{uuid: {"slots", "limiting", "stranded": {"ram", "cpu", "disk"}}}`.
+#[derive(Debug)]
+pub struct ServerSlots {
+    keys: Arc<[String]>,
+    pub counts: Vec<(ServerId, Slots)>,
+}
+
+impl Serialize for ServerSlots {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            #[serde(serialize_with = "js_num")]
+            slots: &'a f64,
+            limiting: &'a str,
+            #[serde(serialize_with = "stranded_out")]
+            stranded: &'a [Option<f64>; 3],
+        }
+        let mut map = s.serialize_map(Some(self.counts.len()))?;
+        for (id, slots) in &self.counts {
+            let entry = Entry { slots: &slots.slots, limiting: slots.limiting, stranded: &slots.stranded };
+            map.serialize_entry(&self.keys[*id], &entry)?;
+        }
+        map.end()
+    }
+}
+
+fn js_num<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
+    num_to_json(*n).serialize(s)
+}
+
+/// `{"ram", "cpu", "disk"}`, `null` for a dimension that does not bound the package.
+fn stranded_out<S: serde::Serializer>(v: &[Option<f64>; 3], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(3))?;
+    for (name, x) in ["ram", "cpu", "disk"].iter().zip(v) {
+        map.serialize_entry(name, &x.map_or(Value::Null, num_to_json))?;
+    }
+    map.end()
 }
 
 /// The packages part of a capacity answer as a table (`dapi capacity --package`): per
