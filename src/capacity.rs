@@ -464,7 +464,7 @@ pub fn count(
                 left(u.cpu_pct, cpu_cost.flatten()),
                 left(u.disk_mib, disk_cost.flatten()).map(|d| if d.is_finite() { d } else { u.disk_mib }),
             ];
-            let short = (slots == 0.0 && !need.is_nan()).then(|| Shortfall {
+            let short = (slots == 0.0 && !need.is_nan()).then_some(Shortfall {
                 resource: limiting,
                 unit: match limiting {
                     "cpu" => "CPU units",
