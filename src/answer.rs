@@ -326,12 +326,37 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<Capacit
     let packages = crate::capacity::package_query(body).map_err(AnswerError::Invalid)?;
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
     let mut answer = capacity.answer(&servers);
-    if let Some(query) = packages {
-        answer["totals"] = crate::capacity::totals(engine, &servers);
-        answer["packages"] = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
+    let internal = |e: serde_json::Error| AnswerError::Internal(e.to_string());
+    let packages = match packages {
+        Some(query) => {
+            answer["totals"] = crate::capacity::totals(engine, &servers);
+            Some(crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?)
+        }
+        None => None,
+    };
+    let mut body = crate::js::json::to_vec(&answer).map_err(internal)?;
+    if let Some(packages) = packages {
+        // The last member, written straight from the counts.
+        body.pop();
+        body.extend_from_slice(b",\"packages\":");
+        crate::js::json::to_writer(&mut body, &packages).map_err(internal)?;
+        body.push(b'}');
     }
-    let body = crate::js::json::to_vec(&answer).map_err(|e| AnswerError::Internal(e.to_string()))?;
     Ok(CapacityAnswer { servers: servers.len(), body })
+}
+
+/// `dapi check`: the servers read and checked as `/capacity` reads them, then which could
+/// take a VM of the asked size (crate::check).
+pub fn check(
+    engine: &Engine,
+    limits: &Limits,
+    body: &[u8],
+    query: &crate::check::CheckQuery,
+) -> Result<serde_json::Value, AnswerError> {
+    let (_, servers) = parse_capacity_body(body)?;
+    check_limits(limits, &servers)?;
+    validate_server_list(&servers)?;
+    crate::check::check(engine, &servers, query)
 }
 
 #[cfg(test)]

@@ -9,16 +9,23 @@
 //! an open provisioning ticket), takes what `calculate-server-unreserved` subtracts for it.
 //! The count is the least over RAM, CPU, disk and the VM-count limit.
 //!
-//! Exact (`exact: true`): the whole chain is run again and again, each chosen server getting
-//! a ticket for the VM, until nothing fits; spreading, locality and scorers are honoured.
+//! The placement-independent part is run once per distinct VM template (packages that differ
+//! only in RAM, quota and CPU cap share it), then each package is counted from what it left.
+//!
+//! Exact (`exact: true`): the whole chain is run again and again in an engine `Datacenter`,
+//! each VM listed on the server chosen for it, until nothing fits; spreading, locality and
+//! scorers are honoured.
 
+use std::sync::Arc;
+
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 use crate::answer::AnswerError;
 use crate::engine::context::PackageState;
-use crate::engine::{Engine, Expr, Request};
+use crate::engine::{Datacenter, Engine, Expr, Request, ServerId, Shortfall, Unreserved, VmRequest};
 use crate::js::{num_to_json, Js};
-use crate::model::{Image, Package, Server, Ticket, VmPayload};
+use crate::model::{Image, Package, Server, VmPayload};
 use crate::plugins::shared::unreserved::{is_hvm_brand, ratio_or_one, MIB, POOL_USABLE_RATIO};
 use crate::validate::FieldError;
 
@@ -45,6 +52,17 @@ const PLACEMENT_INDEPENDENT: &[&str] = &[
     "hard-filter-hvm",
     "hard-filter-reservoir",
     "calculate-server-unreserved",
+];
+
+/// Chain filters whose verdict on a server can only turn from keep to remove as VMs of the
+/// same package are placed (room shrinks, the VM count grows).
+/// `hard-filter-force-failure` reads only the VM asked for: it decides the same throughout.
+const MONOTONE: &[&str] = &[
+    "hard-filter-min-ram",
+    "hard-filter-min-cpu",
+    "hard-filter-min-disk",
+    "hard-filter-vm-count",
+    "hard-filter-force-failure",
 ];
 
 /// `vm-count`'s default limit, when the defaults set none.
@@ -140,7 +158,7 @@ pub fn package_query(body: &[u8]) -> Result<Option<PackageQuery>, Vec<FieldError
 }
 
 /// The VM of a package: the template with the package's RAM, disk and CPU cap.
-fn vm_of(template: &Value, package: &Value) -> Value {
+pub fn vm_of(template: &Value, package: &Value) -> Value {
     let mut vm = template.as_object().cloned().unwrap_or_default();
     if let Some(ram) = package.get("max_physical_memory") {
         vm.insert("ram".into(), ram.clone());
@@ -175,6 +193,9 @@ pub struct Slots {
     /// What is left of the other dimensions once `slots` VMs are placed (MiB, CPU units, MiB;
     /// `None`: the dimension does not bound this package).
     pub stranded: [Option<f64>; 3],
+    /// When nothing fits: what one VM needs of the limiting dimension and what the server
+    /// has (for `vms`: the count it would reach and the limit).
+    pub short: Option<Shortfall>,
 }
 
 /// How many VMs fit one after the other on `spare`: each needs `need` free, takes `take`.
@@ -188,25 +209,66 @@ fn fit(spare: f64, cost: Cost) -> f64 {
     ((spare - cost.need) / cost.take).floor() + 1.0
 }
 
-/// Counts package slots on each server of `servers` that passes the placement-independent
-/// part of the engine's chain. Returns the counts and the reasons of those left out.
-pub fn analytic(
-    engine: &Engine,
-    servers: &[Server<'_>],
-    package: &Package,
-    vm: &VmPayload,
-    image: &Image,
-) -> (Vec<(usize, Slots)>, Map<String, Value>) {
+/// The chain's placement-independent part run for one VM template: who passes, why the
+/// others do not, and what each survivor has, read once and shared by every package of the
+/// same template (the part only reads the package's ratios and whether it is capped).
+pub struct Prepared<'r> {
+    req: Request<'r>,
+    facts: Vec<Facts>,
+    /// Why each server left out was: its step's reason, else the step's name.
+    pub left_out: Map<String, Value>,
+    checks: [bool; 4],
+}
+
+impl Prepared<'_> {
+    /// Server `id`'s unreserved resources, when it passed.
+    pub fn unreserved(&self, id: ServerId) -> Option<Unreserved> {
+        // Filters keep the servers' order, so the survivors are sorted by id.
+        match self.facts.binary_search_by_key(&id, |f| f.id) {
+            Ok(i) => Some(self.facts[i].u),
+            Err(_) => self.facts.iter().find(|f| f.id == id).map(|f| f.u),
+        }
+    }
+
+    /// Whether the chain checks disk (`hard-filter-min-disk`, resource filters on).
+    pub fn checks_disk(&self) -> bool {
+        self.checks[2]
+    }
+}
+
+/// What a surviving server has for counting: unreserved resources, its ratios, its pool's
+/// free space and its VM count.
+#[derive(Debug, Clone, Copy)]
+struct Facts {
+    id: ServerId,
+    u: Unreserved,
+    /// CPU, RAM and disk overprovision ratios (1 when absent).
+    ratios: [f64; 3],
+    /// Whether the server has a CPU, RAM and disk ratio at all.
+    has_ratio: [bool; 3],
+    pool_free: f64,
+    vms: f64,
+}
+
+/// Runs the placement-independent part of the engine's chain for `package` (its ratios and
+/// cap) and the VM template `vm`.
+pub fn prepare<'r>(
+    engine: &'r Engine,
+    servers: &'r [Server<'r>],
+    package: &'r Package,
+    vm: &'r VmPayload,
+    image: &'r Image,
+) -> Prepared<'r> {
     // Only the dimensions the configured chain checks bound the count.
     let names: Vec<&str> = engine.chain().plugins().iter().map(|p| p.name()).collect();
     let resources_on = !engine.defaults().filter_min_resources.switched_off();
     let checks = |name: &str| names.contains(&name);
-    let (check_ram, check_cpu, check_disk, check_vms) = (
+    let checks = [
         resources_on && checks("hard-filter-min-ram"),
         resources_on && checks("hard-filter-min-cpu"),
         resources_on && checks("hard-filter-min-disk"),
         checks("hard-filter-vm-count"),
-    );
+    ];
     let chain: Vec<Expr> = engine
         .chain()
         .plugins()
@@ -219,14 +281,13 @@ pub fn analytic(
     let mut steps = Vec::new();
     // A plugin failure leaves no server counted (its step's reasons say why).
     let survivors = Expr::Pipe(chain).run(&mut req, (0..servers.len()).collect(), &mut steps).unwrap_or_default();
-    // Why each server left out was: its step's reason, else the step's name.
     let mut left_out = Map::new();
     let mut alive: Vec<bool> = vec![true; servers.len()];
-    for step in &steps {
-        let mut kept = vec![false; servers.len()];
-        step.remaining.iter().for_each(|&id| kept[id] = true);
+    let mut kept = vec![usize::MAX; servers.len()];
+    for (k, step) in steps.iter().enumerate() {
+        step.remaining.iter().for_each(|&id| kept[id] = k);
         for (id, live) in alive.iter_mut().enumerate() {
-            if *live && !kept[id] {
+            if *live && kept[id] != k {
                 *live = false;
                 let key = servers[id].reason_key();
                 let why = step.reasons.get(&key).map_or_else(|| step.name.to_string(), str::to_string);
@@ -234,8 +295,71 @@ pub fn analytic(
             }
         }
     }
-    // The package's ratios as the chain left them (override-overprovisioning may set them).
-    let pkg = req.package.clone().unwrap_or_else(|| PackageState::massage(package));
+    let facts = survivors
+        .into_iter()
+        .filter_map(|id| {
+            let u = req.state(id).unreserved?;
+            let r = req.ratios(id);
+            let server = req.server(id);
+            let pool_free =
+                ((server.disk_pool_size_bytes.num() * POOL_USABLE_RATIO - server.disk_pool_alloc_bytes.num()) / MIB)
+                    .floor();
+            Some(Facts {
+                id,
+                u,
+                ratios: [ratio_or_one(r.get("cpu")), ratio_or_one(r.get("ram")), ratio_or_one(r.get("disk"))],
+                has_ratio: [r.get("cpu").truthy(), r.get("ram").truthy(), r.get("disk").truthy()],
+                pool_free,
+                vms: req.vm_count(id) as f64,
+            })
+        })
+        .collect();
+    Prepared { req, facts, left_out, checks }
+}
+
+/// What of a package and its VM template the placement-independent part reads: packages
+/// alike in it share one [`prepare`].
+fn template_key(vm: &Value, package: &Value) -> String {
+    let strip = |v: &Value, names: &[&str]| {
+        let mut m = v.as_object().cloned().unwrap_or_default();
+        for name in names {
+            m.remove(*name);
+        }
+        m
+    };
+    let capped = package.get("cpu_cap").is_some_and(|c| Js::from_json(c).truthy())
+        || vm.get("cpu_cap").is_some_and(|c| Js::from_json(c).truthy());
+    let vm = strip(vm, &["ram", "quota", "cpu_cap"]);
+    let package = strip(package, &["max_physical_memory", "quota", "cpu_cap", "name", "uuid"]);
+    json!([vm, package, capped]).to_string()
+}
+
+/// Counts package slots on each server of `servers` that passes the placement-independent
+/// part of the engine's chain. Returns the counts and the reasons of those left out.
+pub fn analytic(
+    engine: &Engine,
+    servers: &[Server<'_>],
+    package: &Package,
+    vm: &VmPayload,
+    image: &Image,
+) -> (Vec<(usize, Slots)>, Map<String, Value>) {
+    let prepared = prepare(engine, servers, package, vm, image);
+    let counts = count(engine, &prepared, package, vm, image);
+    (counts, prepared.left_out)
+}
+
+/// Counts `package`'s slots on the servers `prepared` kept (prepared for a template alike).
+pub fn count(
+    engine: &Engine,
+    prepared: &Prepared<'_>,
+    package: &Package,
+    vm: &VmPayload,
+    image: &Image,
+) -> Vec<(usize, Slots)> {
+    let [check_ram, check_cpu, check_disk, check_vms] = prepared.checks;
+    // The package's ratios as the chain left them (override-overprovisioning may set them);
+    // packages sharing a preparation have the same ones.
+    let pkg = prepared.req.package.clone().unwrap_or_else(|| PackageState::massage(package));
     let hvm = is_hvm_brand(&vm.brand);
     let kvm = vm.brand.as_str() == Some("kvm");
     let ram = package.max_physical_memory_mib.num();
@@ -257,19 +381,21 @@ pub fn analytic(
         l => l,
     };
     let zvol_gib = if hvm { ((image_mib + quota) / 1024.0).ceil() } else { 0.0 };
+    let (pkg_ram, pkg_cpu, pkg_disk) =
+        (pkg.overprovision_ram.num(), pkg.overprovision_cpu.num(), pkg.overprovision_disk.num());
+    let (has_pkg_ram, has_pkg_cpu, has_pkg_disk) =
+        (pkg.overprovision_ram.truthy(), pkg.overprovision_cpu.truthy(), pkg.overprovision_disk.truthy());
 
-    let counts = survivors
-        .into_iter()
-        .filter_map(|id| {
-            let u = req.state(id).unreserved?;
-            let ratios = req.ratios(id);
-            let (rc, rr, rd) =
-                (ratio_or_one(ratios.get("cpu")), ratio_or_one(ratios.get("ram")), ratio_or_one(ratios.get("disk")));
-            let server = req.server(id);
+    prepared
+        .facts
+        .iter()
+        .map(|f| {
+            let u = f.u;
+            let [rc, rr, rd] = f.ratios;
             // RAM: min-ram asks for the VM's RAM (over the package ratio unless HVM); a
             // ticketed VM takes its RAM (plus the HVM overhead) over the server's ratio.
-            let ram_cost = pkg.overprovision_ram.truthy().then(|| Cost {
-                need: if hvm { ram } else { ram / pkg.overprovision_ram.num() },
+            let ram_cost = has_pkg_ram.then(|| Cost {
+                need: if hvm { ram } else { ram / pkg_ram },
                 take: match (hvm, kvm) {
                     (true, true) => ram + KVM_MEM_OVERHEAD_MIB,
                     (true, false) => ram + BHYVE_MEM_OVERHEAD_MIB,
@@ -279,9 +405,7 @@ pub fn analytic(
             // CPU: only a capped package is checked; an uncapped VM zeroes the spare CPU,
             // which nothing checks for an uncapped package.
             let cpu_cost = match cap {
-                Some(cap) if pkg.overprovision_cpu.truthy() => {
-                    Some(Some(Cost { need: cap / pkg.overprovision_cpu.num(), take: cap / rc }))
-                }
+                Some(cap) if has_pkg_cpu => Some(Some(Cost { need: cap / pkg_cpu, take: cap / rc })),
                 Some(_) => None,
                 None => Some(None),
             };
@@ -289,15 +413,11 @@ pub fn analytic(
             // image files and 10 GiB; a placed VM takes its quota over the server's ratio (HVM:
             // its zvol, and for KVM 10 GiB more), unless the pool's free space is the
             // smaller figure, which placing VMs does not change.
-            let pool_free =
-                ((server.disk_pool_size_bytes.num() * POOL_USABLE_RATIO - server.disk_pool_alloc_bytes.num()) / MIB)
-                    .floor();
             let disk_cost = (quota > 0.0).then(|| {
-                pkg.overprovision_disk.truthy().then(|| {
-                    let need = if hvm { quota + image_mib } else { (quota / pkg.overprovision_disk.num()).ceil() }
-                        + files_mib.ceil()
-                        + FUDGE_MIB;
-                    let take = if u.disk_mib >= pool_free {
+                has_pkg_disk.then(|| {
+                    let need =
+                        if hvm { quota + image_mib } else { (quota / pkg_disk).ceil() } + files_mib.ceil() + FUDGE_MIB;
+                    let take = if u.disk_mib >= f.pool_free {
                         0.0
                     } else if kvm {
                         quota / rd + zvol_gib * 1024.0 + KVM_EXTRA_MIB
@@ -309,45 +429,63 @@ pub fn analytic(
                     Cost { need, take }
                 })
             });
-            let no_ratio = |key: &str| ratios.get(key).truthy();
+            let [has_cpu_ratio, has_ram_ratio, has_disk_ratio] = f.has_ratio;
             let ram_cost = ram_cost.filter(|_| check_ram);
             let cpu_cost = cpu_cost.filter(|_| check_cpu);
             let disk_cost = disk_cost.filter(|_| check_disk);
-            let mut dims: Vec<(&'static str, f64)> = Vec::with_capacity(4);
+            // Each dimension: its name, how many fit, what one VM needs and what is spare.
+            let mut dims: [(&'static str, f64, f64, f64); 4] = [("none", f64::INFINITY, 0.0, 0.0); 4];
+            let mut n = 0;
+            let mut push = |d: (&'static str, f64, f64, f64)| {
+                dims[n] = d;
+                n += 1;
+            };
             match ram_cost {
-                Some(c) => dims.push(("ram", fit(u.ram_mib, c))),
-                None if check_ram && no_ratio("ram") => dims.push(("ram_ratio", 0.0)),
+                Some(c) => push(("ram", fit(u.ram_mib, c), c.need, u.ram_mib)),
+                None if check_ram && has_ram_ratio => push(("ram_ratio", 0.0, f64::NAN, f64::NAN)),
                 None => {}
             }
             match cpu_cost {
-                Some(Some(c)) => dims.push(("cpu", fit(u.cpu_pct, c))),
-                None if check_cpu && no_ratio("cpu") => dims.push(("cpu_ratio", 0.0)),
+                Some(Some(c)) => push(("cpu", fit(u.cpu_pct, c), c.need, u.cpu_pct)),
+                None if check_cpu && has_cpu_ratio => push(("cpu_ratio", 0.0, f64::NAN, f64::NAN)),
                 _ => {}
             }
             match disk_cost {
-                Some(Some(c)) => dims.push(("disk", fit(u.disk_mib, c))),
-                Some(None) if check_disk && no_ratio("disk") => dims.push(("disk_ratio", 0.0)),
+                Some(Some(c)) => push(("disk", fit(u.disk_mib, c), c.need, u.disk_mib)),
+                Some(None) if check_disk && has_disk_ratio => push(("disk_ratio", 0.0, f64::NAN, f64::NAN)),
                 _ => {}
             }
             if check_vms {
-                dims.push(("vms", (limit - req.vm_count(id) as f64).max(0.0).ceil()));
+                push(("vms", (limit - f.vms).max(0.0).ceil(), f.vms + 1.0, limit));
             }
-            let (limiting, slots) =
-                dims.iter().copied().fold(("none", f64::INFINITY), |best, d| if d.1 < best.1 { d } else { best });
+            let (limiting, slots, need, spare) = dims[..n]
+                .iter()
+                .copied()
+                .fold(("none", f64::INFINITY, 0.0, 0.0), |best, d| if d.1 < best.1 { d } else { best });
             let left = |spare: f64, cost: Option<Cost>| cost.map(|c| (spare - slots * c.take).max(0.0));
             let stranded = [
                 left(u.ram_mib, ram_cost),
                 left(u.cpu_pct, cpu_cost.flatten()),
                 left(u.disk_mib, disk_cost.flatten()).map(|d| if d.is_finite() { d } else { u.disk_mib }),
             ];
-            Some((id, Slots { slots, limiting, stranded }))
+            let short = (slots == 0.0 && !need.is_nan()).then_some(Shortfall {
+                resource: limiting,
+                unit: match limiting {
+                    "cpu" => "CPU units",
+                    "vms" => "VMs",
+                    _ => "MiB",
+                },
+                needed: need,
+                available: spare,
+            });
+            (f.id, Slots { slots, limiting, stranded, short })
         })
-        .collect();
-    (counts, left_out)
+        .collect()
 }
 
-/// Exact count: allocations one after the other with the whole chain, each placing a VM
-/// (as an open provisioning ticket) on the chosen server, until none fits. Per server.
+/// Exact count: allocations one after the other with the whole chain in an engine
+/// [`Datacenter`], each VM listed on the server chosen for it (as a batch places them), until
+/// none fits. Per server.
 pub fn exact(
     engine: &Engine,
     raw_servers: &[&str],
@@ -355,6 +493,7 @@ pub fn exact(
     image: &Value,
     package: &Value,
 ) -> Result<Vec<usize>, AnswerError> {
+    // The request is read and checked as an allocation's is (the VM as CNAPI would send it).
     let mut text = String::from("{\"servers\":[");
     for (i, raw) in raw_servers.iter().enumerate() {
         if i > 0 {
@@ -362,40 +501,67 @@ pub fn exact(
         }
         text.push_str(raw);
     }
-    let rest = json!({"vm": vm, "image": image, "package": package, "seed": 1});
+    let rest = json!({"vm": vm, "image": image, "package": package});
     text.push_str("],");
     let rest = rest.to_string();
     text.push_str(&rest[1..]);
     let mut body = crate::wire::parse_allocate_body(text.as_bytes())?;
     crate::validate::validate_allocate(&mut body)?;
-    let mut counts = vec![0usize; body.servers.len()];
-    let brand = vm.get("brand").cloned().unwrap_or(Value::Null);
-    let mut extra = json!({
-        "owner_uuid": vm.get("owner_uuid").cloned().unwrap_or(Value::Null),
-        "max_physical_memory": package.get("max_physical_memory").cloned().unwrap_or(Value::Null),
-        "cpu_cap": package.get("cpu_cap").cloned().unwrap_or(Value::Null),
-        "quota": package.get("quota").and_then(Value::as_f64).map_or(Value::Null, |q| num_to_json(q / 1024.0)),
-        "brand": brand,
-    });
-    if is_hvm_brand(brand.as_str().map(Js::str).as_ref().unwrap_or(&Js::Undefined)) {
-        let image_mib = image.get("image_size").and_then(Value::as_f64).unwrap_or(0.0);
-        let quota = package.get("quota").and_then(Value::as_f64).unwrap_or(0.0);
-        extra["disks"] = json!([{ "size": image_mib + quota }]);
-    }
-    let extra = Js::from_json(&extra);
+    let servers = std::mem::take(&mut body.servers);
+    let raw = std::mem::take(&mut body.raw_servers);
+    // Only owner filters and custom plugins read the servers' JSON; keeping it current
+    // (rewritten at each placement) is the dearest part of listing a VM.
+    let registry = crate::registry::built_in();
+    let names: Vec<&str> = engine.chain().plugins().iter().map(|p| p.name()).collect();
+    let reads_json = engine.defaults().filter_owner_server.truthy()
+        || names.iter().any(|n| !registry.iter().any(|p| p.name() == *n));
+    let raw = if reads_json { raw } else { Vec::new() };
+    let mut counts = vec![0usize; servers.len()];
+    let mut dc = Datacenter::new(servers, raw);
+    let request = VmRequest {
+        vm: &body.vm,
+        image: &body.image,
+        package: body.package.as_ref(),
+        tickets: &body.tickets,
+        seed: Some(1),
+    };
+    // A server removed by one of the chain's leading per-server filters stays removed as
+    // VMs are placed (those filters do not see the placement, or only see room shrink), and
+    // nothing before them compares servers: later placements need not offer it again.
+    // `hard-filter-volumes-from` passes every server on when the VM takes no volumes (it
+    // keeps the first holder otherwise, which depends on the others).
+    let no_volumes = !body.vm.docker.truthy() || !body.vm.internal_metadata.truthy();
+    let safe = |name: &str| {
+        PLACEMENT_INDEPENDENT.contains(&name)
+            || MONOTONE.contains(&name)
+            || (no_volumes && name == "hard-filter-volumes-from")
+    };
+    let prunable: Vec<&str> = match engine.chain() {
+        Expr::Pipe(items) => items
+            .iter()
+            .map_while(|e| match e {
+                Expr::Plugin(p) if safe(p.name()) => Some(p.name()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut candidates: Vec<ServerId> = (0..dc.servers().len()).collect();
+    let mut offered = vec![false; dc.servers().len()];
     for n in 0..EXACT_MAX {
-        let allocation = engine.allocate(&body).map_err(|e| AnswerError::Internal(e.to_string()))?;
+        let uuid = format!("00000000-0000-4000-9000-{n:012x}");
+        let allocation = engine
+            .place_among(&mut dc, &request, &uuid, candidates.clone())
+            .map_err(|e| AnswerError::Internal(e.to_string()))?;
         let Some(id) = allocation.chosen else { break };
         counts[id] += 1;
-        body.tickets.push(Ticket {
-            uuid: Js::str(&format!("capacity-ticket-{n}")),
-            id: Js::str(&format!("capacity-vm-{n}")),
-            server_uuid: body.servers[id].uuid.clone(),
-            scope: Js::str("vm"),
-            action: Js::str("provision"),
-            status: Js::str("active"),
-            extra: extra.clone(),
-        });
+        // The steps of the leading filters, in order: what the last of them kept goes on.
+        let leading = allocation.steps.iter().take_while(|s| prunable.contains(&s.plugin)).count();
+        if leading == prunable.len() && leading > 0 {
+            offered.iter_mut().for_each(|o| *o = false);
+            allocation.steps[leading - 1].remaining.iter().for_each(|&id| offered[id] = true);
+            candidates.retain(|&id| offered[id]);
+        }
     }
     Ok(counts)
 }
@@ -475,20 +641,35 @@ pub fn packages_answer(
     servers: &[Server<'_>],
     raw_servers: &[&str],
     query: &PackageQuery,
-) -> Result<Value, AnswerError> {
+) -> Result<Vec<PackageSlots>, AnswerError> {
     let invalid =
         |field: &str, e: serde_json::Error| AnswerError::Invalid(vec![FieldError::invalid(field, e.to_string())]);
     let image: Image = serde_json::from_value(query.image.clone()).map_err(|e| invalid("image", e))?;
+    let vm_jsons: Vec<Value> = query.packages.iter().map(|(_, raw)| vm_of(&query.vm, raw)).collect();
+    let vms = vm_jsons
+        .iter()
+        .map(|v| serde_json::from_value::<VmPayload>(v.clone()).map_err(|e| invalid("vm", e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The placement-independent part runs once per distinct template, not per package.
+    let mut prepared: Vec<(String, Prepared<'_>)> = Vec::new();
+    let keys: Arc<[String]> = servers.iter().map(Server::reason_key).collect();
     let mut answers = Vec::new();
     for (i, (package, raw)) in query.packages.iter().enumerate() {
-        let vm_json = vm_of(&query.vm, raw);
-        let vm: VmPayload = serde_json::from_value(vm_json.clone()).map_err(|e| invalid("vm", e))?;
-        let (counts, left_out) = analytic(engine, servers, package, &vm, &image);
-        let mut per_server = Map::new();
+        let (vm_json, vm) = (&vm_jsons[i], &vms[i]);
+        let key = template_key(vm_json, raw);
+        let at = match prepared.iter().position(|(k, _)| *k == key) {
+            Some(at) => at,
+            None => {
+                prepared.push((key, prepare(engine, servers, package, vm, &image)));
+                prepared.len() - 1
+            }
+        };
+        let group = &prepared[at].1;
+        let counts = count(engine, group, package, vm, &image);
         let mut limiting = Map::new();
         let mut stranded = [0.0f64; 3];
         let (mut slots, mut with_room) = (0.0, 0usize);
-        for (id, s) in &counts {
+        for (_, s) in &counts {
             slots += s.slots;
             if s.slots > 0.0 {
                 with_room += 1;
@@ -498,42 +679,90 @@ pub fn packages_answer(
             for (t, v) in stranded.iter_mut().zip(s.stranded) {
                 *t += v.unwrap_or(0.0);
             }
-            per_server.insert(
-                servers[*id].reason_key(),
-                json!({
-                    "slots": num_to_json(s.slots),
-                    "limiting": s.limiting,
-                    "stranded": stranded_json(s.stranded),
-                }),
-            );
         }
-        let mut answer = json!({
-            "package": raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i)),
-            "slots": num_to_json(slots),
-            "servers_with_room": with_room,
-            "limiting": limiting,
-            "stranded": {"ram": num_to_json(stranded[0]), "cpu": num_to_json(stranded[1]), "disk": num_to_json(stranded[2])},
-            "servers": per_server,
-            "left_out": left_out,
-        });
-        if query.exact {
-            let exact_counts = exact(engine, raw_servers, &vm_json, &query.image, raw)?;
+        let exact = if query.exact {
+            let exact_counts = exact(engine, raw_servers, vm_json, &query.image, raw)?;
             let per: Map<String, Value> = exact_counts
                 .iter()
                 .enumerate()
                 .filter(|(_, &n)| n > 0)
-                .map(|(id, &n)| (servers[id].reason_key(), json!(n)))
+                .map(|(id, &n)| (keys[id].clone(), json!(n)))
                 .collect();
-            answer["exact"] = json!({"slots": exact_counts.iter().sum::<usize>(), "servers": per});
-        }
-        answers.push(answer);
+            Some(json!({"slots": exact_counts.iter().sum::<usize>(), "servers": per}))
+        } else {
+            None
+        };
+        answers.push(PackageSlots {
+            package: raw.get("uuid").or_else(|| raw.get("name")).cloned().unwrap_or(json!(i)),
+            slots,
+            servers_with_room: with_room,
+            limiting,
+            stranded: stranded.map(Some),
+            servers: ServerSlots { keys: keys.clone(), counts },
+            left_out: group.left_out.clone(),
+            exact,
+        });
     }
-    Ok(Value::Array(answers))
+    Ok(answers)
 }
 
-fn stranded_json(s: [Option<f64>; 3]) -> Value {
-    let v = |x: Option<f64>| x.map_or(Value::Null, num_to_json);
-    json!({"ram": v(s[0]), "cpu": v(s[1]), "disk": v(s[2])})
+/// One package's part of the answer, written straight to JSON (at thousands of servers a
+/// tree of `Value`s per server costs more than the counting).
+#[derive(Debug, Serialize)]
+pub struct PackageSlots {
+    /// The package's uuid, else its name, else its index.
+    pub package: Value,
+    #[serde(serialize_with = "js_num")]
+    pub slots: f64,
+    pub servers_with_room: usize,
+    pub limiting: Map<String, Value>,
+    #[serde(serialize_with = "stranded_out")]
+    pub stranded: [Option<f64>; 3],
+    pub servers: ServerSlots,
+    pub left_out: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<Value>,
+}
+
+/// Per server: `{uuid: {"slots", "limiting", "stranded": {"ram", "cpu", "disk"}}}`.
+#[derive(Debug)]
+pub struct ServerSlots {
+    keys: Arc<[String]>,
+    pub counts: Vec<(ServerId, Slots)>,
+}
+
+impl Serialize for ServerSlots {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        #[derive(Serialize)]
+        struct Entry<'a> {
+            #[serde(serialize_with = "js_num")]
+            slots: &'a f64,
+            limiting: &'a str,
+            #[serde(serialize_with = "stranded_out")]
+            stranded: &'a [Option<f64>; 3],
+        }
+        let mut map = s.serialize_map(Some(self.counts.len()))?;
+        for (id, slots) in &self.counts {
+            let entry = Entry { slots: &slots.slots, limiting: slots.limiting, stranded: &slots.stranded };
+            map.serialize_entry(&self.keys[*id], &entry)?;
+        }
+        map.end()
+    }
+}
+
+fn js_num<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
+    num_to_json(*n).serialize(s)
+}
+
+/// `{"ram", "cpu", "disk"}`, `null` for a dimension that does not bound the package.
+fn stranded_out<S: serde::Serializer>(v: &[Option<f64>; 3], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(3))?;
+    for (name, x) in ["ram", "cpu", "disk"].iter().zip(v) {
+        map.serialize_entry(name, &x.map_or(Value::Null, num_to_json))?;
+    }
+    map.end()
 }
 
 /// The packages part of a capacity answer as a table (`dapi capacity --package`): per

@@ -1,4 +1,5 @@
-//! The `dapi` command: `serve`, `allocate`, `capacity`, `plugins`, `replay`, `simulate`, `openapi`.
+//! The `dapi` command: `serve`, `allocate`, `explain`, `capacity`, `check`, `plugins`,
+//! `replay`, `simulate`, `openapi`.
 //!
 //! `allocate` and `capacity` run one request through the same answer path as the service
 //! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts
@@ -87,6 +88,19 @@ CNAPI server objects (with their \"vms\").
 
 Output: {\"capacities\": {uuid: {\"cpu\", \"ram\", \"disk\"}}, \"reasons\": {...}}: cpu in
 percent of one core, ram and disk in MiB; reasons say why servers were left out.";
+
+const CHECK_HELP: &str = "\
+Says which servers could take a VM of the given RAM, disk and CPU cap, and why not the
+others, as the original's bin/check.js did (its successor: counted as dapi capacity
+counts a package of that size, with the configured chain's filters and the allocator's
+unreserved figures). Also lists the VMs with no quota or no cpu_cap, as check.js warned.
+
+SERVERS is a JSON file, or - for standard input: {\"servers\": [...]} or a bare array of
+CNAPI server objects (with their \"vms\").
+
+Output: a table (SERVER, FITS, SLOTS, WHY NOT), the count, the warnings; with --json
+{\"ask\", \"received\", \"fit\", \"servers\": [{\"server\", \"fits\", \"slots\"?, \"why\"?,
+\"unreserved\"?, \"notes\"?}], \"warnings\": [{\"server\", \"vm\", \"problem\"}]}.";
 
 const EXPLAIN_HELP: &str = "\
 Runs the plugin chain on one request, as `dapi allocate --explain` does, and prints a
@@ -209,6 +223,27 @@ enum Command {
         exact: bool,
         /// With --package: print the JSON answer rather than the table
         #[arg(long, requires = "packages")]
+        json: bool,
+        /// The servers: a JSON file, or - for standard input
+        #[arg(value_name = "SERVERS")]
+        servers: PathBuf,
+    },
+    /// Which servers could take a VM of this size, and why not the others (check.js)
+    #[command(long_about = CHECK_HELP, after_long_help = CONFIG_HELP)]
+    Check {
+        #[command(flatten)]
+        config: ConfigArg,
+        /// The VM's RAM, MiB
+        #[arg(long, value_name = "MiB")]
+        ram: f64,
+        /// The VM's disk (quota), GiB
+        #[arg(long, value_name = "GiB")]
+        disk: f64,
+        /// The VM's CPU cap, percent of one core (0: uncapped)
+        #[arg(long, value_name = "CAP")]
+        cpu: f64,
+        /// Print the JSON answer rather than the table
+        #[arg(long)]
         json: bool,
         /// The servers: a JSON file, or - for standard input
         #[arg(value_name = "SERVERS")]
@@ -473,6 +508,16 @@ fn run(command: Command) -> Result<(), CliError> {
             let value: serde_json::Value =
                 crate::js::json::from_str(text).map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?;
             print(crate::capacity::table(&value).into_bytes())
+        }
+        Command::Check { config, ram, disk, cpu, json, servers } => {
+            let (config, engine) = config.load()?;
+            let body = read_input(&servers)?;
+            let query = crate::check::CheckQuery::new(ram, disk, cpu)?;
+            let answer = answer::check(&engine, &config.limits, &body, &query)?;
+            if json {
+                return print(answer.to_string().into_bytes());
+            }
+            print(crate::check::table(&answer).into_bytes())
         }
         Command::Plugins { config, json } => {
             let config = ServiceConfig::from_process(config.config.as_deref())?;

@@ -11,6 +11,7 @@
 pub mod answer;
 pub mod batch;
 pub mod capacity;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod engine;

@@ -189,6 +189,31 @@ fn overprovision_and_reservation_ratios_count() {
 }
 
 #[test]
+fn packages_with_other_ratios_are_not_counted_as_one_template() {
+    // The chain's placement-independent part runs once per template; packages differing in
+    // their ratios (which it reads) must not share it, those differing in size may.
+    let engine = engine(json!({"filter_vm_limit": 1000, "disable_override_overprovisioning": true}), false);
+    let s = server(
+        "f0000000-0000-4000-8000-00000000000f",
+        64,
+        16.0,
+        json!({"reservation_ratio": 0.5, "overprovision_ratios": {"ram": 2, "cpu": 4}}),
+    );
+    let ratio2 =
+        json!({"max_physical_memory": 1024, "overprovision_memory": 2, "overprovision_cpu": 4, "cpu_cap": 100});
+    let mut twice = ratio2.clone();
+    twice["max_physical_memory"] = json!(2048);
+    let body = json!({"servers": [s], "packages": [ratio2, {"max_physical_memory": 1024, "cpu_cap": 100}, twice]});
+    let answer = ask(&engine, &body).expect("answered");
+    assert_eq!(slots(&answer, 0), [("f".to_string(), 16, "ram".to_string())]);
+    // Without ratios the package is refused by hard-filter-overprovision-ratios.
+    assert!(slots(&answer, 1).is_empty(), "{answer}");
+    assert!(answer["packages"][1]["left_out"]["f0000000-0000-4000-8000-00000000000f"].is_string(), "{answer}");
+    // Twice the RAM: half the slots, from the same template.
+    assert_eq!(slots(&answer, 2), [("f".to_string(), 8, "ram".to_string())]);
+}
+
+#[test]
 fn analytic_is_never_below_exact_on_generated_datacenters() {
     let engine = engine(json!({"filter_vm_limit": 12}), false);
     for seed in 0..4u64 {

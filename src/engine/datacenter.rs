@@ -316,6 +316,18 @@ pub struct Placement {
 impl Engine {
     /// Runs the description for `request` on the datacenter as it is now (nothing changes).
     pub fn allocate_in(&self, dc: &Datacenter<'_>, request: &VmRequest<'_>) -> Result<Placement, PluginError> {
+        let input: Vec<ServerId> = (0..dc.servers.len()).collect();
+        self.allocate_among(dc, request, input)
+    }
+
+    /// [`Engine::allocate_in`] given only the servers of `input` (a caller that knows the
+    /// others would be removed before anything compares servers, e.g. exact capacity).
+    pub fn allocate_among(
+        &self,
+        dc: &Datacenter<'_>,
+        request: &VmRequest<'_>,
+        input: Vec<ServerId>,
+    ) -> Result<Placement, PluginError> {
         let seed = request.seed.or(self.defaults.seed);
         let rng = match seed {
             Some(s) => StdRng::seed_from_u64(s),
@@ -327,7 +339,6 @@ impl Engine {
         let raw_servers = dc.raw_servers();
         req.raw_servers = &raw_servers;
         let mut steps = Vec::new();
-        let input: Vec<ServerId> = (0..dc.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
         let chosen = select(&survivors, req.states());
         let cpu_cap = req.vm_cpu_cap().clone();
@@ -341,7 +352,19 @@ impl Engine {
         request: &VmRequest<'_>,
         uuid: &str,
     ) -> Result<Allocation, PlaceError> {
-        let placement = self.allocate_in(dc, request).map_err(PlaceError::Engine)?;
+        let input: Vec<ServerId> = (0..dc.servers.len()).collect();
+        self.place_among(dc, request, uuid, input)
+    }
+
+    /// [`Engine::place`] given only the servers of `input` (see [`Engine::allocate_among`]).
+    pub fn place_among(
+        &self,
+        dc: &mut Datacenter<'_>,
+        request: &VmRequest<'_>,
+        uuid: &str,
+        input: Vec<ServerId>,
+    ) -> Result<Allocation, PlaceError> {
+        let placement = self.allocate_among(dc, request, input).map_err(PlaceError::Engine)?;
         if let Some(id) = placement.allocation.chosen {
             let vm = ProvisionedVm::of(uuid, request, &placement.cpu_cap);
             dc.add_vm(id, vm).map_err(PlaceError::Datacenter)?;
