@@ -201,7 +201,12 @@ async fn inventory_benchmark() {
         )
         .await;
         assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
-        Instant::now()
+        let put_at = Instant::now();
+        // When this replica holds it (what its next decision reads).
+        while send(addr, "GET", "/ping", &[], b"").await.json()["inventory"]["servers"] != json!(servers + 1) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (put_at, put_at.elapsed())
     });
     let started = Instant::now();
     let mut latencies = Vec::new();
@@ -229,7 +234,8 @@ async fn inventory_benchmark() {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99)
     );
-    let put_at = put_at.await.expect("put");
+    let (put_at, held_after) = put_at.await.expect("put");
+    println!("a server committed through the other replica was held by this one {held_after:?} after its PUT answered");
     match first_use {
         Some(first) => println!(
             "a server committed through the other replica was used by this one's allocations {:?} after its PUT answered",

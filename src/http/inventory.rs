@@ -381,7 +381,8 @@ pub(super) fn allocate<T>(
         app.metrics.record_steps(&allocation.steps);
         written_answer(raw, servers, allocation, steps, explain.as_ref())
     };
-    let answered = inventory.allocate(engine, &request, explain.is_some(), handle, &mut write);
+    let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
+    let answered = inventory.allocate(engine, &request, explain.is_some(), handle, &mut write, &mut core);
     answered.map_err(|e| match e {
         AllocateError::Unavailable(m) => ApiError::Unavailable(m),
         AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),

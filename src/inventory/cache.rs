@@ -70,6 +70,9 @@ pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
         .collect()
 }
 
+/// One server while the order is rebuilt: position, uuid, generation, parsed, raw, text.
+type Row = (i64, String, i64, Server<'static>, &'static str, Box<str>);
+
 /// The servers allocations run on, in inventory order.
 pub struct Model {
     // `servers`, `raw` and `lookups` borrow from or index `texts`: declared (dropped) first.
@@ -83,7 +86,7 @@ pub struct Model {
     generations: Vec<AtomicI64>,
     index: HashMap<String, usize>,
     /// The generation everything is current to (catch-ups read what is newer).
-    pub generation: i64,
+    generation: AtomicI64,
     /// VM index entries replaced since it was built (its dead entries; rebuilt past the
     /// live count).
     replaced_vms: usize,
@@ -100,7 +103,7 @@ impl Default for Model {
             positions: Vec::new(),
             generations: Vec::new(),
             index: HashMap::new(),
-            generation: 0,
+            generation: AtomicI64::new(0),
             replaced_vms: 0,
         }
     }
@@ -147,6 +150,35 @@ impl Model {
         self.generations[id].load(Ordering::Acquire)
     }
 
+    /// The generation everything is current to.
+    pub fn generation(&self) -> i64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Applies changes that only move generations (claims) without the write lock;
+    /// `None` when some change needs it (a server changed, added, deleted or moved).
+    pub fn bump_only(&self, changes: &[Prepared]) -> Option<Applied> {
+        let pure = |c: &Prepared| {
+            c.parsed.is_none()
+                && match self.index.get(&c.uuid) {
+                    Some(&i) => !c.deleted && self.positions[i] == c.position,
+                    None => !c.deleted,
+                }
+        };
+        if !changes.iter().all(pure) {
+            return None;
+        }
+        let mut applied = Applied::default();
+        for c in changes {
+            self.generation.fetch_max(c.generation, Ordering::AcqRel);
+            if let Some(&i) = self.index.get(&c.uuid) {
+                self.generations[i].fetch_max(c.generation, Ordering::AcqRel);
+                applied.bumped += 1;
+            }
+        }
+        Some(applied)
+    }
+
     /// After an own claim: the server's generation is at least `generation`.
     pub fn bump(&self, uuid: &str, generation: i64) {
         if let Some(&i) = self.index.get(uuid) {
@@ -163,7 +195,7 @@ impl Model {
         let mut added: Vec<(String, i64, i64, ParsedServer)> = Vec::new();
         let mut reorder = false;
         for change in changes {
-            self.generation = self.generation.max(change.generation);
+            self.generation.fetch_max(change.generation, Ordering::AcqRel);
             match (self.index.get(&change.uuid).copied(), change.deleted, change.parsed) {
                 (Some(i), true, _) => {
                     removed.insert(i);
@@ -230,7 +262,7 @@ impl Model {
         let positions = std::mem::take(&mut self.positions);
         let generations = std::mem::take(&mut self.generations);
         self.lookups = Lookups::default();
-        let mut rows: Vec<(i64, String, i64, Server<'static>, &'static str, Box<str>)> = servers
+        let mut rows: Vec<Row> = servers
             .into_iter()
             .zip(raw)
             .zip(texts)
@@ -476,8 +508,13 @@ mod tests {
         assert_eq!(index.get("v4", None).ok().map(|vm| vm.server), Some(1));
         let applied = model.apply(prepare(vec![change("a", 4, 1, None)]).expect("parses"));
         assert_eq!(applied, Applied { reparsed: 0, bumped: 1, rebuilt: false });
-        assert_eq!((model.generation_of(0), model.generation), (4, 4));
-        let deleted = ServerChange { deleted: true, ..change("a", 5, 1, None) };
+        assert_eq!((model.generation_of(0), model.generation()), (4, 4));
+        let bump = ServerChange { generation: 6, ..change("b", 0, 2, None) };
+        assert_eq!(model.bump_only(&prepare(vec![bump]).expect("parses")).map(|a| a.bumped), Some(1));
+        assert_eq!((model.generation_of(1), model.generation()), (6, 6));
+        let moved = change("b", 7, 9, None);
+        assert!(model.bump_only(&prepare(vec![moved]).expect("parses")).is_none(), "a move needs the write lock");
+        let deleted = ServerChange { deleted: true, ..change("a", 8, 1, None) };
         assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
         assert_eq!((model.len(), model.uuid(0)), (1, "b"));
         assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(2));

@@ -72,6 +72,10 @@ pub struct Inventory {
     claimer: tokio::sync::mpsc::UnboundedSender<ClaimJob>,
 }
 
+/// Writes an allocation's answer from the servers (each one's JSON, then parsed) it was
+/// decided on.
+pub type WriteAnswer<'w, T> = dyn FnMut(&[&str], &[Server<'_>], &Allocation) -> T + 'w;
+
 /// Why an inventory allocation was not answered.
 #[derive(Debug)]
 pub enum AllocateError {
@@ -139,7 +143,7 @@ impl Inventory {
     /// re-parsed (off the reactor), the touched servers' claims replaced.
     pub async fn refresh(self: &Arc<Self>) -> Result<cache::Applied, StoreError> {
         let _one = self.refreshing.lock().await;
-        let since = self.model().generation;
+        let since = self.model().generation();
         let changes = match self.store.changes_since(since).await {
             Ok(changes) => changes,
             Err(e) => {
@@ -165,7 +169,12 @@ impl Inventory {
             // Servers first, then claims, under both locks: a decision never sees a VM's
             // claim gone before the VM itself is listed.
             let mut held = lock(&this.claims);
-            let applied = this.model.write().unwrap_or_else(|e| e.into_inner()).apply(prepared);
+            // Generations alone (claims) move under the read lock: decisions go on.
+            let bumped = this.model().bump_only(&prepared);
+            let applied = match bumped {
+                Some(applied) => applied,
+                None => this.model.write().unwrap_or_else(|e| e.into_inner()).apply(prepared),
+            };
             held.replace_for(&touched, claims, upto);
             Ok(applied)
         })
@@ -267,7 +276,7 @@ impl Inventory {
             "state": if status.listening { "following" } else if self.check_fresh().is_ok() { "catching-up" } else { "stale" },
             "servers": model.len(),
             "claims": claims,
-            "generation": model.generation,
+            "generation": model.generation(),
             "age_ms": if status.listening { 0 } else { status.refreshed.elapsed().as_millis() as u64 },
             "error": status.last_error,
         })
@@ -276,14 +285,16 @@ impl Inventory {
     /// Runs the chain on the inventory for `request` (validated, without servers), has
     /// `write` make the answer from the servers decided on (while they are held), and
     /// claims the chosen server. Blocking: runs on the blocking pool; `handle` runs the
-    /// wait for the claim's commit.
+    /// wait for the claim's commit, during which the caller's core is given back
+    /// (`core(false)`; `core(true)` takes one again before deciding anew).
     pub fn allocate<T>(
         self: &Arc<Self>,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
         handle: &tokio::runtime::Handle,
-        write: &mut dyn FnMut(&[&str], &[Server<'_>], &Allocation) -> T,
+        write: &mut WriteAnswer<'_, T>,
+        core: &mut dyn FnMut(bool),
     ) -> Result<T, AllocateError> {
         let vm_uuid = match (&request.vm.vm_uuid, &request.vm.uuid) {
             (Js::Str(u), _) | (_, Js::Str(u)) if !u.is_empty() => u.to_string(),
@@ -336,6 +347,7 @@ impl Inventory {
                 (write(model.raw(), model.servers(), &allocation), decided)
             };
             let Some((server_uuid, committed)) = decided else { return Ok(answer) };
+            core(false);
             let outcome = handle.block_on(committed).unwrap_or_else(|_| Err("the claim was dropped".into()));
             match outcome {
                 Ok(Some((generation, expires))) => {
@@ -348,6 +360,7 @@ impl Inventory {
                     // fresh state.
                     lock(&self.claims).remove(&vm_uuid);
                     handle.block_on(self.refresh()).map_err(|e| AllocateError::Unavailable(e.to_string()))?;
+                    core(true);
                 }
                 Err(e) => {
                     lock(&self.claims).remove(&vm_uuid);
