@@ -234,9 +234,22 @@ pub fn write_explained_allocation(
     out: &mut Vec<u8>,
     part_done: &mut dyn FnMut(&mut Vec<u8>),
 ) -> Result<(), AnswerError> {
-    write_allocation(request, allocation, options, out, part_done)?;
+    write_explained_allocation_on(&request.raw_servers, &request.servers, allocation, options, explain, out, part_done)
+}
+
+/// [`write_explained_allocation`] for servers held apart from the request (inventory mode).
+pub fn write_explained_allocation_on(
+    raw_servers: &[&str],
+    servers: &[Server<'_>],
+    allocation: &Allocation,
+    options: AnswerOptions,
+    explain: Option<&ExplainOptions>,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), AnswerError> {
+    write_allocation_on(raw_servers, servers, allocation, options, out, part_done)?;
     if let Some(asked) = explain {
-        let explained = explain::explain(&request.servers, allocation, asked);
+        let explained = explain::explain(servers, allocation, asked);
         explain::append_to_answer(out, &explained).map_err(|e| AnswerError::Internal(e.to_string()))?;
     }
     Ok(())
@@ -244,9 +257,14 @@ pub fn write_explained_allocation(
 
 /// Roughly how many bytes the `explain` member adds.
 pub fn explain_size_hint(request: &AllocateBody<'_>, explain: Option<&ExplainOptions>) -> usize {
+    explain_size_hint_on(request.servers.len(), explain)
+}
+
+/// [`explain_size_hint`] for `servers` servers.
+pub fn explain_size_hint_on(servers: usize, explain: Option<&ExplainOptions>) -> usize {
     match explain {
         None => 0,
-        Some(o) => 4096 + 400 * o.why_not.as_ref().map_or(request.servers.len(), Vec::len),
+        Some(o) => 4096 + 400 * o.why_not.as_ref().map_or(servers, Vec::len),
     }
 }
 

@@ -716,7 +716,7 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
             let inventory = crate::inventory::Inventory::start(&inventory_config)
                 .await
                 .map_err(|e| CliError::Inventory(format!("{e} (check inventory.url / DAPI_INVENTORY__URL)")))?;
-            let servers = inventory.view().generations.len();
+            let servers = inventory.model().len();
             let ms = started.elapsed().as_millis() as u64;
             tracing::info!(servers, ms, "inventory loaded");
             app.set_inventory(inventory);

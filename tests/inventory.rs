@@ -240,9 +240,19 @@ fn per_server(placed: &BTreeMap<String, String>) -> HashMap<String, usize> {
     counts
 }
 
+/// The claims in the store, by SQL: VM → server.
+fn stored_claims(pg: &pg::Postgres, db: &str) -> BTreeMap<String, String> {
+    let rows = pg.psql(db, "SELECT vm_uuid || ' ' || server_uuid FROM claims ORDER BY 1");
+    rows.lines().filter_map(|l| l.split_once(' ').map(|(v, s)| (v.to_string(), s.to_string()))).collect()
+}
+
+/// Two replicas on one database, 16 concurrent clients, for `INVENTORY_CONCURRENCY_SECONDS`
+/// (60): the datacenter is filled until every allocation answers 409, checked by SQL, half
+/// of the claims released (through either replica), filled again, and so on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_replicas_with_concurrent_clients_never_over_commit() {
     let Some(pg) = pg::start("inventory concurrency") else { return };
+    let seconds: u64 = std::env::var("INVENTORY_CONCURRENCY_SECONDS").ok().and_then(|v| v.parse().ok()).unwrap_or(60);
     let servers: Vec<Value> = (0..6).map(|n| server(&uuid(1, n))).collect();
     // What the chain allows: one client, one replica, until nothing fits.
     let url = pg.database("sequential");
@@ -257,18 +267,212 @@ async fn two_replicas_with_concurrent_clients_never_over_commit() {
     let b = replica(None, &url, &[]).await;
     assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
     let started = Instant::now();
-    let placed = fill(&[a.addr, b.addr], 16, 0xb).await;
-    println!("{} VMs placed by 2 replicas, 16 clients, in {:?} ({allowed:?} allowed)", placed.len(), started.elapsed());
-    // The store's claims, by SQL: no server holds more than the chain allows, every 200
-    // has its claim and no claim lacks its 200.
-    let rows = pg.psql("concurrent", "SELECT vm_uuid || ' ' || server_uuid FROM claims ORDER BY 1");
-    let claims: BTreeMap<String, String> =
-        rows.lines().filter_map(|l| l.split_once(' ').map(|(v, s)| (v.to_string(), s.to_string()))).collect();
-    assert_eq!(claims, placed, "claims and 200s match one to one");
-    for (server, n) in per_server(&claims) {
-        assert!(n <= allowed.get(&server).copied().unwrap_or(0), "{server}: {n} claims, {allowed:?} allowed");
+    let mut answered: BTreeMap<String, String> = BTreeMap::new();
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        let placed = fill(&[a.addr, b.addr], 16, 0xb0 + rounds).await;
+        answered.extend(placed);
+        // The store's claims, by SQL: no server holds more than the chain allows, every 200
+        // has its claim and no claim lacks its 200.
+        let claims = stored_claims(&pg, "concurrent");
+        assert_eq!(claims, answered, "round {rounds}: claims and 200s match one to one");
+        for (server, n) in per_server(&claims) {
+            assert!(n <= allowed.get(&server).copied().unwrap_or(0), "{server}: {n} claims, {allowed:?} allowed");
+        }
+        assert_eq!(claims.len(), total, "round {rounds}: the datacenter is filled as far as the chain allows");
+        if started.elapsed() >= Duration::from_secs(seconds) {
+            break;
+        }
+        // Half of the claims released (failed provisions), alternately through each replica.
+        let release: Vec<String> = answered.keys().step_by(2).cloned().collect();
+        for (i, vm) in release.iter().enumerate() {
+            let via = if i % 2 == 0 { a.addr } else { b.addr };
+            let reply = send(via, "DELETE", &format!("/inventory/claims/{vm}"), &[], b"").await;
+            assert_eq!(reply.status, 200, "release {vm}: {}", String::from_utf8_lossy(&reply.body));
+            answered.remove(vm);
+        }
     }
-    assert_eq!(claims.len(), total, "the datacenter is filled as far as the chain allows");
+    println!(
+        "{rounds} rounds of filling by 2 replicas and 16 clients in {:?}; {total} VMs fit ({allowed:?})",
+        started.elapsed()
+    );
+}
+
+/// A change committed while a replica is cut off from the database (its connections
+/// terminated by the server) is seen once it reconnects: it catches up by generation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_committed_while_disconnected_is_seen_after_reconnecting() {
+    let Some(pg) = pg::start("inventory reconnect") else { return };
+    let url = pg.database("reconnect");
+    let a = replica(None, &url, &[]).await;
+    let servers: Vec<Value> = (0..2).map(|n| server(&uuid(1, n))).collect();
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    let ping = || async { send(a.addr, "GET", "/ping", &[], b"").await.json()["inventory"].clone() };
+    assert_eq!(ping().await["state"], json!("following"));
+    pg.psql(
+        "reconnect",
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = 'reconnect' AND pid <> pg_backend_pid()",
+    );
+    let started = Instant::now();
+    while ping().await["state"] == json!("following") {
+        assert!(started.elapsed() < Duration::from_secs(5), "the replica never noticed");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // Committed by another connection while the replica is not listening (no NOTIFY: it
+    // could not hear it anyway), as a feed writes.
+    let s9 = uuid(1, 9);
+    let object = server(&s9).to_string().replace('\'', "''");
+    pg.psql(
+        "reconnect",
+        &format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(1684107369); \
+             INSERT INTO servers (uuid, position, object, generation, revision) VALUES \
+             ('{s9}', nextval('inventory_position'), '{object}'::json, nextval('inventory_generation'), \
+             currval('inventory_generation')); COMMIT;"
+        ),
+    );
+    let started = Instant::now();
+    loop {
+        let state = ping().await;
+        if state["servers"] == json!(3) && state["state"] == json!("following") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the change never arrived: {state}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    println!("a change committed while disconnected was seen {:?} after it", started.elapsed());
+    // And it is allocated on: fill until 409, the new server among those used.
+    let placed = fill(&[a.addr], 2, 0xc).await;
+    assert!(placed.values().any(|s| *s == s9), "the server committed while disconnected is used: {placed:?}");
+}
+
+/// `dapi serve` in inventory mode as a process of its own (killed with SIGKILL).
+struct Process {
+    child: std::process::Child,
+    addr: std::net::SocketAddr,
+}
+
+impl Process {
+    fn start(url: &str) -> Process {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+            .arg("serve")
+            .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))
+            .env("DAPI_INVENTORY__URL", url)
+            .env("DAPI_LOG_LEVEL", "warn")
+            .env_remove("DAPI_CONFIG")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("dapi starts");
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(addr).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "dapi serve never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Process { child, addr }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One request to a process that may be killed meanwhile: `None` when no answer came.
+async fn try_post(addr: std::net::SocketAddr, path: &str, body: &[u8]) -> Option<common::Reply> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    stream.write_all(body).await.ok()?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await.ok()?;
+    raw.windows(4).any(|w| w == b"\r\n\r\n").then(|| common::parse_reply(&raw))
+}
+
+/// A replica killed (SIGKILL) while a load is being written, then while allocating: after
+/// a restart the store holds every committed write and nothing half-written, every 200 has
+/// its claim, and the restarted replica holds what the store holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_killed_mid_load_and_mid_allocations_loses_nothing_committed() {
+    let Some(pg) = pg::start("inventory kill") else { return };
+    let url = pg.database("killed");
+    let mut a = Process::start(&url);
+    let first: Vec<Value> = (0..4).map(|n| server(&uuid(1, n))).collect();
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": first})).await.status, 200);
+    // A big dump, killed while its transaction is writing.
+    let big: Vec<Value> = (0..3000).map(|n| server(&uuid(2, n))).collect();
+    let big = serde_json::to_vec(&json!({"servers": big})).expect("json");
+    let addr = a.addr;
+    let loading = tokio::spawn(async move { try_post(addr, "/inventory/load", &big).await });
+    let started = Instant::now();
+    let writing = "SELECT count(*) FROM pg_stat_activity WHERE datname = 'killed' AND backend_xid IS NOT NULL";
+    while pg.psql("killed", writing) == "0" {
+        assert!(started.elapsed() < Duration::from_secs(30), "the load never started writing");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.kill();
+    assert!(loading.await.expect("client").is_none(), "the killed load was not answered");
+    let live = "SELECT count(*) FROM servers WHERE NOT deleted";
+    let mut b = Process::start(&url);
+    assert_eq!(pg.psql("killed", live), "4", "the half-written load was rolled back, the committed one kept");
+    let listed = send(b.addr, "GET", "/inventory/servers", &[], b"").await.json();
+    let uuids: Vec<&str> = listed.as_array().expect("list").iter().filter_map(|s| s["uuid"].as_str()).collect();
+    assert_eq!(uuids, (0..4).map(|n| uuid(1, n)).collect::<Vec<_>>(), "the restarted replica holds the store's");
+
+    // Allocations from 8 clients, the replica killed while they run.
+    let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let (answered, counter, addr) = (answered.clone(), counter.clone(), b.addr);
+        clients.push(tokio::spawn(async move {
+            loop {
+                let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut request = big_vm(&uuid(0xd, n));
+                request["vm"]["ram"] = json!(1024);
+                request["vm"]["max_physical_memory"] = json!(1024);
+                request["package"]["max_physical_memory"] = json!(1024);
+                let body = serde_json::to_vec(&request).expect("json");
+                match try_post(addr, "/allocate", &body).await {
+                    Some(reply) if reply.status == 200 => answered.lock().expect("lock").push(uuid(0xd, n)),
+                    Some(reply) => assert!(matches!(reply.status, 409 | 503), "{}", reply.status),
+                    None => return,
+                }
+            }
+        }));
+    }
+    while answered.lock().expect("lock").len() < 20 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    b.kill();
+    for c in clients {
+        c.await.expect("client");
+    }
+    let answered = answered.lock().expect("lock").clone();
+    let claims = stored_claims(&pg, "killed");
+    for vm in &answered {
+        assert!(claims.contains_key(vm), "the 200 for {vm} has its claim");
+    }
+    // A claim committed just before the kill may lack its 200 (its answer was lost).
+    assert!(claims.len() <= answered.len() + 8, "{} claims, {} answered", claims.len(), answered.len());
+    let c = Process::start(&url);
+    let ping = send(c.addr, "GET", "/ping", &[], b"").await.json();
+    assert_eq!(ping["inventory"]["claims"], json!(claims.len()), "the restarted replica counts every claim: {ping}");
+    assert_eq!(ping["inventory"]["servers"], json!(4));
+    println!("killed after {} answered allocations; {} claims stored", answered.len(), claims.len());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -23,6 +23,31 @@ fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+fn status_kib(field: &str) -> u64 {
+    status_of("/proc/self/status", field)
+}
+
+fn status_kib_of(pid: u32, field: &str) -> u64 {
+    status_of(&format!("/proc/{pid}/status"), field)
+}
+
+fn status_of(path: &str, field: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn rss_kib() -> u64 {
+    status_kib("VmRSS:")
+}
+
+fn peak_kib() -> u64 {
+    status_kib("VmHWM:")
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -69,11 +94,22 @@ async fn inventory_benchmark() {
         started.elapsed()
     );
 
+    let rss_before = rss_kib();
     let started = Instant::now();
     let config = ServiceConfig::load(Some(&config_path), vars()).expect("config");
     let second = Inventory::start(&config.inventory).await.expect("starts");
-    println!("replica start-up with {} servers: {:?}", second.view().generations.len(), started.elapsed());
-    drop(second);
+    println!(
+        "replica start-up with {} servers: {:?}; its memory: {} MiB more RSS ({} MiB of server texts)",
+        second.model().len(),
+        started.elapsed(),
+        rss_kib().saturating_sub(rss_before) / 1024,
+        second.model().text_bytes() >> 20
+    );
+    let second_app = Arc::new(AppState::new(config, None).expect("engine"));
+    second_app.set_inventory(second);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let second_addr = listener.local_addr().expect("addr");
+    tokio::spawn(dapi::http::serve(listener, second_app));
 
     // Stateless, same size, for comparison (a few requests).
     let mut stateless = Vec::new();
@@ -84,6 +120,33 @@ async fn inventory_benchmark() {
         stateless.push(t.elapsed());
     }
     println!("stateless POST /allocate at {servers} servers: {:?} each", stateless);
+
+    // The stateless path's memory for one request of this size: a `dapi serve` of its own.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        .arg("serve")
+        .arg("--config")
+        .arg(&config_path)
+        .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))
+        .env("DAPI_LOG_LEVEL", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("dapi serve");
+    let child_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    while tokio::net::TcpStream::connect(child_addr).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let idle = status_kib_of(child.id(), "VmRSS:");
+    let reply =
+        send(child_addr, "POST", "/allocate?steps=removed", &[("Content-Type", "application/json")], &body).await;
+    assert!(matches!(reply.status, 200 | 409), "{}", reply.status);
+    println!(
+        "stateless dapi serve, one request of {servers} servers: peak RSS {} MiB (idle {} MiB)",
+        status_kib_of(child.id(), "VmHWM:") / 1024,
+        idle / 1024
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 
     let mut vm_request = request.clone();
     vm_request.as_object_mut().expect("object").remove("servers");
@@ -96,6 +159,7 @@ async fn inventory_benchmark() {
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut statuses = std::collections::BTreeMap::new();
+            let mut first_on_newcomer: Option<Instant> = None;
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let mut r = (*vm_request).clone();
@@ -106,16 +170,55 @@ async fn inventory_benchmark() {
                 let reply = post_json(addr, "/allocate", &r).await;
                 latencies.push(t.elapsed());
                 *statuses.entry(reply.status).or_insert(0usize) += 1;
+                if first_on_newcomer.is_none()
+                    && reply.status == 200
+                    && reply.json()["server"]["uuid"] == json!("b1000000-0000-4000-8000-000000000001")
+                {
+                    // When its answer arrived (an upper bound of when it was decided).
+                    first_on_newcomer = Some(Instant::now());
+                }
             }
-            (latencies, statuses)
+            (latencies, statuses, first_on_newcomer)
         }));
     }
+    // Mid-run, a server with the most free RAM is put through the other replica: how long
+    // until this one's allocations use it.
+    let mut big = request["servers"][0].clone();
+    let newcomer = "b1000000-0000-4000-8000-000000000001";
+    big["uuid"] = json!(newcomer);
+    big["memory_total_bytes"] = json!(4_u64 << 40);
+    big["memory_available_bytes"] = json!(4_u64 << 40);
+    big["vms"] = json!({});
+    let put_at = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(seconds / 2)).await;
+        let bytes = serde_json::to_vec(&big).expect("json");
+        let put = send(
+            second_addr,
+            "PUT",
+            &format!("/inventory/servers/{newcomer}"),
+            &[("Content-Type", "application/json")],
+            &bytes,
+        )
+        .await;
+        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+        let put_at = Instant::now();
+        // When this replica holds it (what its next decision reads).
+        while send(addr, "GET", "/ping", &[], b"").await.json()["inventory"]["servers"] != json!(servers + 1) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (put_at, put_at.elapsed())
+    });
     let started = Instant::now();
     let mut latencies = Vec::new();
     let mut statuses = std::collections::BTreeMap::new();
+    let mut first_use: Option<Instant> = None;
     for t in tasks {
-        let (l, s) = t.await.expect("client");
+        let (l, s, first) = t.await.expect("client");
         latencies.extend(l);
+        first_use = match (first_use, first) {
+            (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+            (a, b) => a.or(b),
+        };
         for (k, v) in s {
             *statuses.entry(k).or_insert(0) += v;
         }
@@ -131,5 +234,15 @@ async fn inventory_benchmark() {
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99)
     );
+    let (put_at, held_after) = put_at.await.expect("put");
+    println!("a server committed through the other replica was held by this one {held_after:?} after its PUT answered");
+    match first_use {
+        Some(first) => println!(
+            "a server committed through the other replica was used by this one's allocations {:?} after its PUT answered",
+            first.saturating_duration_since(put_at)
+        ),
+        None => println!("the server committed through the other replica was never chosen"),
+    }
     println!("claims in the store: {}", pg.psql("bench", "SELECT count(*) FROM claims"));
+    println!("peak RSS of the bench process (both replicas, clients, bodies): {} MiB", peak_kib() / 1024);
 }

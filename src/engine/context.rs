@@ -111,6 +111,9 @@ pub struct Request<'r> {
     pub image: &'r Image,
     pub package: Option<PackageState<'r>>,
     pub tickets: &'r [Ticket],
+    /// Tickets the caller holds across requests (inventory mode's claims), counted after
+    /// the request's own: handed over without being copied into `tickets`.
+    pub held_tickets: &'r [Ticket],
     pub defaults: &'r Defaults,
     pub rng: StdRng,
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
@@ -213,6 +216,7 @@ impl<'r> Request<'r> {
             image,
             package: package.map(PackageState::massage),
             tickets,
+            held_tickets: &[],
             defaults,
             rng,
             raw_servers: &[],
@@ -334,6 +338,11 @@ impl<'r> Request<'r> {
         }
         state.kvm_zvol_added_bytes += zvol_bytes;
         state.ticket_vms.push((key.into(), vm));
+    }
+
+    /// The request's tickets, then the held ones.
+    pub fn all_tickets(&self) -> impl Iterator<Item = &'r Ticket> + 'r {
+        self.tickets.iter().chain(self.held_tickets)
     }
 
     /// `vm.cpu_cap` in effect ([`Data::CpuCap`](super::plugin::Data::CpuCap)).

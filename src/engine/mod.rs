@@ -44,6 +44,17 @@ const CAPACITY_CHAIN: &[&str] = &[
     "calculate-server-unreserved",
 ];
 
+/// What an allocation runs on besides the request's VM: the servers (and each one's JSON),
+/// look-ups kept across allocations (built on first use when `None`), and tickets held
+/// apart from the request's own (counted after them).
+#[derive(Clone, Copy)]
+pub struct Held<'h> {
+    pub servers: &'h [Server<'h>],
+    pub raw_servers: &'h [&'h str],
+    pub lookups: Option<&'h Lookups>,
+    pub tickets: &'h [crate::model::Ticket],
+}
+
 /// The allocator: description, capacity chain and defaults.
 #[derive(Debug)]
 pub struct Engine {
@@ -142,17 +153,16 @@ impl Engine {
     /// [`Engine::allocate`], with plugins' notes (shortfalls, score parts) when `explain`;
     /// the decision and the steps are the same either way.
     pub fn allocate_noting(&self, body: &AllocateBody<'_>, explain: bool) -> Result<Allocation, PluginError> {
-        self.allocate_on(&body.servers, &body.raw_servers, body, &body.tickets, explain)
+        let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+        self.allocate_on(held, body, explain)
     }
 
     /// [`Engine::allocate_noting`] on servers (and tickets) held elsewhere than in the body:
     /// inventory mode keeps the datacenter in memory and takes only the VM from the caller.
     pub fn allocate_on(
         &self,
-        servers: &[Server<'_>],
-        raw_servers: &[&str],
+        held: Held<'_>,
         body: &AllocateBody<'_>,
-        tickets: &[crate::model::Ticket],
         explain: bool,
     ) -> Result<Allocation, PluginError> {
         let seed = body.seed.or(self.defaults.seed);
@@ -160,8 +170,14 @@ impl Engine {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_entropy(),
         };
-        let mut req = Request::new(servers, &body.vm, &body.image, body.package.as_ref(), tickets, &self.defaults, rng);
-        req.raw_servers = raw_servers;
+        let servers = held.servers;
+        let mut req =
+            Request::new(servers, &body.vm, &body.image, body.package.as_ref(), &body.tickets, &self.defaults, rng);
+        req.raw_servers = held.raw_servers;
+        req.held_tickets = held.tickets;
+        if let Some(lookups) = held.lookups {
+            req.share_lookups(lookups);
+        }
         if explain {
             req.record_notes();
         }

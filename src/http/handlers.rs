@@ -16,7 +16,7 @@ use super::{AppState, Outcome};
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
-use crate::model::AllocateBody;
+use crate::model::{AllocateBody, Server};
 use crate::validate::FieldError;
 use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
 
@@ -50,14 +50,15 @@ pub(super) fn respond(seen: Option<BodySeen>, result: Result<Response, ApiError>
     response
 }
 
-/// The status and log outcome of an allocation.
-pub(super) fn outcome_of(body: &AllocateBody<'_>, allocation: &Allocation) -> (StatusCode, Outcome) {
-    let servers = body.servers.len();
+/// The status and log outcome of an allocation on `servers`.
+pub(super) fn outcome_of(servers: &[Server<'_>], allocation: &Allocation) -> (StatusCode, Outcome) {
+    let count = servers.len();
     match allocation.chosen {
-        Some(id) => (StatusCode::OK, Outcome::Allocated { servers, uuid: body.servers[id].reason_key() }),
-        None => {
-            (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: answer::failure_reason(&allocation.steps) })
-        }
+        Some(id) => (StatusCode::OK, Outcome::Allocated { servers: count, uuid: servers[id].reason_key() }),
+        None => (
+            StatusCode::CONFLICT,
+            Outcome::NoServer { servers: count, reason: answer::failure_reason(&allocation.steps) },
+        ),
     }
 }
 
@@ -145,6 +146,46 @@ pub(super) fn reply_batch(
     answered
 }
 
+/// The whole answer of an allocation on `servers` (each one's JSON in `raw_servers`):
+/// status, body and log outcome. Both modes write it here (inventory mode while it holds
+/// the servers decided on).
+pub(super) fn written_answer(
+    raw_servers: &[&str],
+    servers: &[Server<'_>],
+    allocation: &Allocation,
+    format: StepsFormat,
+    explain: Option<&ExplainOptions>,
+) -> Result<(StatusCode, AnswerBody, Outcome), ApiError> {
+    let (status, outcome) = outcome_of(servers, allocation);
+    let mut out = Vec::with_capacity(answer_size(servers, allocation, format, explain));
+    write_answer(raw_servers, servers, allocation, format, explain, &mut out, &mut |_| {})?;
+    Ok((status, AnswerBody::Whole(out), outcome))
+}
+
+fn answer_size(
+    servers: &[Server<'_>],
+    allocation: &Allocation,
+    format: StepsFormat,
+    explain: Option<&ExplainOptions>,
+) -> usize {
+    allocation.answer_size_hint(servers.len(), format) + answer::explain_size_hint_on(servers.len(), explain)
+}
+
+/// The service's answer: CNAPI's 409 error body when nothing fits, `explain` appended when
+/// asked for.
+fn write_answer(
+    raw_servers: &[&str],
+    servers: &[Server<'_>],
+    allocation: &Allocation,
+    format: StepsFormat,
+    explain: Option<&ExplainOptions>,
+    out: &mut Vec<u8>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<(), AnswerError> {
+    let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
+    answer::write_explained_allocation_on(raw_servers, servers, allocation, options, explain, out, part_done)
+}
+
 /// Writes the answer and replies with it: whole when small; when big, the reply (status,
 /// headers) goes first and the body follows in parts as it is written. With `digest`, the
 /// digest of the answer's body is returned (for a record).
@@ -157,25 +198,22 @@ pub(super) fn reply_allocation(
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
     digest: bool,
 ) -> Option<String> {
-    let (status, outcome) = outcome_of(request, allocation);
-    // The service's no-fit answer is CNAPI's 409 error body.
-    let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
-    let size = answer::answer_size_hint(request, allocation, format) + answer::explain_size_hint(request, explain);
-    let write = |out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)| {
-        answer::write_explained_allocation(request, allocation, options, explain, out, part_done)
-    };
-    if size < STREAM_FROM {
-        let mut out = Vec::with_capacity(size);
-        let written = write(&mut out, &mut |_| {});
-        let digest = digest.then(|| crate::config::digest(&out));
-        reply.send(written.map(|()| (status, AnswerBody::Whole(out), outcome)).map_err(ApiError::from));
+    let (raw, servers) = (&request.raw_servers[..], &request.servers[..]);
+    if answer_size(servers, allocation, format, explain) < STREAM_FROM {
+        let answer = written_answer(raw, servers, allocation, format, explain);
+        let digest = match (&answer, digest) {
+            (Ok((_, AnswerBody::Whole(out), _)), true) => Some(crate::config::digest(out)),
+            _ => None,
+        };
+        reply.send(answer);
         return digest;
     }
+    let (status, outcome) = outcome_of(servers, allocation);
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
     let mut digested = digest.then(crate::config::Digest::default);
-    let written = write(&mut out, &mut |out| {
+    let written = write_answer(raw, servers, allocation, format, explain, &mut out, &mut |out| {
         // What part_done sends, digested first.
         if let (Some(d), true) = (digested.as_mut(), out.len() >= stream::PART_BYTES) {
             d.update(out);
@@ -303,18 +341,26 @@ pub async fn allocate(
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
-    if app.inventory().is_some() {
-        return super::inventory::allocate(app, query, headers, body).await;
-    }
-    // A batch lists compact steps unless `steps` is given.
-    let batch_format =
-        query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps="))).then_some(format);
+    // A batch (and, in inventory mode, an allocation on the inventory) lists compact
+    // steps unless `steps` is given.
+    let steps_given = query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps=")));
+    let batch_format = steps_given.then_some(format);
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     // Recording and the shadow config, when on: they act after the answer has left.
     let watch = super::watch::Watch::of(&app, &headers, batch_format);
+    let handle = tokio::runtime::Handle::current();
     let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
         let mut explain = explain;
+        if let Some(inventory) = app2.inventory() {
+            // Without `servers`: on the inventory, through the same answer writer.
+            if let Some(body) = super::inventory::inventory_request(&received) {
+                let steps = batch_format.unwrap_or(StepsFormat::Removed);
+                let answer =
+                    super::inventory::allocate(&engine, &app2, inventory, &body, steps, explain, &handle, &mut reply);
+                return reply.send(answer);
+            }
+        }
         let asked = watch.as_ref().map(|w| w.asked(explain.as_ref()));
         let watched = watch.is_some();
         let answered = match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, watched) {

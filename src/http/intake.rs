@@ -259,6 +259,12 @@ impl<T> Reply<T> {
         }
     }
 
+    /// Gives the core back while the request waits on something other than computing
+    /// (inventory mode: its claim's commit); [`Reply::computing`] takes one again.
+    pub(super) fn waiting(&mut self) {
+        self.core = None;
+    }
+
     /// Whether nobody waits for the answer any more (the request timed out).
     pub(super) fn abandoned(&self) -> bool {
         self.tx.is_closed()

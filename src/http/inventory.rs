@@ -2,27 +2,26 @@
 //! /allocate` without `servers`. Thin: the work is `crate::inventory`'s.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::Router;
 use serde_json::json;
 
 use super::errors::ApiError;
-use super::handlers::{
-    allocate_body, explain_options, json_response, reply_allocation, reply_batch, respond, steps_format, AnswerBody,
-};
-use super::intake::{run_limited, Received};
+use super::handlers::{json_response, written_answer, AnswerBody};
+use super::intake::{Received, Reply};
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
-use crate::engine::StepsFormat;
+use crate::answer::{self, AnswerError};
+use crate::engine::{Allocation, Engine, StepsFormat};
+use crate::explain::ExplainOptions;
 use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
 use crate::inventory::{AllocateError, Inventory};
+use crate::model::Server;
 use crate::validate::validate_payload;
 use crate::wire::parse_allocate_body;
 
@@ -63,7 +62,7 @@ async fn read_body(app: &AppState, body: Body) -> Result<axum::body::Bytes, ApiE
 
 /// This replica reads its own writes: it catches up before answering (the others do on
 /// the notification).
-async fn caught_up(inventory: &Inventory) {
+async fn caught_up(inventory: &Arc<Inventory>) {
     if let Err(e) = inventory.refresh().await {
         tracing::warn!(error = %e, "inventory catch-up after a write failed");
     }
@@ -77,7 +76,24 @@ fn result(r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn put_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>, body: Body) -> Response {
+/// Store a server (with `vms`: they replace the stored ones; without: they stay). Inventory mode only.
+#[utoipa::path(
+    put,
+    tag = "inventory",
+    path = "/inventory/servers/{uuid}",
+    params(("uuid" = String, Path, description = "The server's uuid")),
+    request_body(content = super::request_schema::Server, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored", body = super::openapi::InventoryChangeResponse),
+        (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
+        (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn put_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>, body: Body) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
@@ -91,7 +107,21 @@ async fn put_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>, 
     )
 }
 
-async fn delete_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
+/// Remove a server, its VMs and claims. Inventory mode only.
+#[utoipa::path(
+    delete,
+    tag = "inventory",
+    path = "/inventory/servers/{uuid}",
+    params(("uuid" = String, Path, description = "The server's uuid")),
+    responses(
+        (status = 200, description = "Deleted", body = super::openapi::InventoryChangeResponse),
+        (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn delete_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
@@ -106,11 +136,28 @@ async fn delete_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String
 }
 
 #[derive(serde::Deserialize)]
-struct VmQuery {
+pub(super) struct VmQuery {
     server_uuid: Option<String>,
 }
 
-async fn put_vm(
+/// Store a VM on its server; its claim, if any, ends. Inventory mode only.
+#[utoipa::path(
+    put,
+    tag = "inventory",
+    path = "/inventory/vms/{uuid}",
+    params(("uuid" = String, Path, description = "The VM's uuid"), ("server_uuid" = Option<String>, Query, description = "The VM's server, when the VM does not say")),
+    request_body(content = super::request_schema::InventoryVm, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Stored", body = super::openapi::InventoryChangeResponse),
+        (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
+        (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 404, description = "Inventory mode is off, or no such VM", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn put_vm(
     State(app): State<Arc<AppState>>,
     Path(uuid): Path<String>,
     Query(query): Query<VmQuery>,
@@ -136,7 +183,21 @@ async fn put_vm(
     )
 }
 
-async fn delete_vm(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
+/// Remove a VM. Inventory mode only.
+#[utoipa::path(
+    delete,
+    tag = "inventory",
+    path = "/inventory/vms/{uuid}",
+    params(("uuid" = String, Path, description = "The VM's uuid")),
+    responses(
+        (status = 200, description = "Deleted", body = super::openapi::InventoryChangeResponse),
+        (status = 404, description = "Inventory mode is off, or no such VM", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn delete_vm(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
@@ -150,7 +211,21 @@ async fn delete_vm(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -
     )
 }
 
-async fn release_claim(State(app): State<Arc<AppState>>, Path(vm_uuid): Path<String>) -> Response {
+/// Release a claim (a provision that failed). Inventory mode only.
+#[utoipa::path(
+    delete,
+    tag = "inventory",
+    path = "/inventory/claims/{vm_uuid}",
+    params(("vm_uuid" = String, Path, description = "The claimed VM's uuid")),
+    responses(
+        (status = 200, description = "Released", body = super::openapi::InventoryChangeResponse),
+        (status = 404, description = "Inventory mode is off, or no such claim", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn release_claim(State(app): State<Arc<AppState>>, Path(vm_uuid): Path<String>) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
@@ -164,7 +239,23 @@ async fn release_claim(State(app): State<Arc<AppState>>, Path(vm_uuid): Path<Str
     )
 }
 
-async fn load(State(app): State<Arc<AppState>>, body: Body) -> Response {
+/// Replace the whole inventory with a dump, in one transaction. Inventory mode only.
+#[utoipa::path(
+    post,
+    tag = "inventory",
+    path = "/inventory/load",
+    request_body(content = super::request_schema::InventoryDump, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Loaded", body = super::openapi::InventoryChangeResponse),
+        (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
+        (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn load(State(app): State<Arc<AppState>>, body: Body) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
@@ -181,11 +272,38 @@ async fn load(State(app): State<Arc<AppState>>, body: Body) -> Response {
     )
 }
 
-async fn list_servers(State(app): State<Arc<AppState>>) -> Response {
+/// The stored servers with their VMs, as CNAPI lists them. Inventory mode only.
+#[utoipa::path(
+    get,
+    tag = "inventory",
+    path = "/inventory/servers",
+    responses(
+        (status = 200, description = "The servers, in inventory order", body = Vec<Object>),
+        (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn list_servers(State(app): State<Arc<AppState>>) -> Response {
     servers(app, None).await
 }
 
-async fn get_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
+/// One stored server with its VMs. Inventory mode only.
+#[utoipa::path(
+    get,
+    tag = "inventory",
+    path = "/inventory/servers/{uuid}",
+    params(("uuid" = String, Path, description = "The server's uuid")),
+    responses(
+        (status = 200, description = "The server", body = Object),
+        (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
+        (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
+        (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
+    ),
+    security((), ("bearer" = []))
+)]
+pub(super) async fn get_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>) -> Response {
     servers(app, Some(uuid)).await
 }
 
@@ -213,9 +331,16 @@ async fn servers(app: Arc<AppState>, uuid: Option<String>) -> Response {
 }
 
 /// The body with `"servers": []` put first when it has no `servers` (an inventory
-/// allocation); `None` when it has them (a stateless one) or is not a JSON object (the
-/// stateless reader says why).
-fn inventory_request(body: &[u8]) -> Option<Vec<u8>> {
+/// allocation); `None` when it has them (a stateless one), is still arriving (a big body:
+/// stateless), or is not a JSON object (the stateless reader says why).
+pub(super) fn inventory_request(received: &Received) -> Option<Vec<u8>> {
+    match received {
+        Received::Whole(bytes) => patched(bytes),
+        Received::Arriving(_) => None,
+    }
+}
+
+fn patched(body: &[u8]) -> Option<Vec<u8>> {
     let top: indexmap::IndexMap<String, &serde_json::value::RawValue> = serde_json::from_slice(body).ok()?;
     if top.contains_key("servers") {
         return None;
@@ -231,83 +356,49 @@ fn inventory_request(body: &[u8]) -> Option<Vec<u8>> {
     Some(patched)
 }
 
-/// `POST /allocate` in inventory mode: without `servers`, on the inventory (compact steps
-/// unless `steps=full`); with them, as in stateless mode.
-pub(super) async fn allocate(app: Arc<AppState>, query: Option<String>, headers: HeaderMap, body: Body) -> Response {
-    let given_steps = query.as_deref().unwrap_or("").split('&').any(|p| p.starts_with("steps="));
-    let (format, explain) =
-        match steps_format(query.as_deref()).and_then(|f| Ok((f, explain_options(query.as_deref())?))) {
-            Ok(parsed) => parsed,
-            Err(e) => return e.into_response(),
-        };
-    let app2 = app.clone();
-    let patience = Duration::from_millis(app.limits().request_timeout_ms);
-    let handle = tokio::runtime::Handle::current();
-    let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
-        let patched = match &received {
-            Received::Whole(bytes) => inventory_request(bytes),
-            Received::Arriving(_) => None,
-        };
-        let Some(patched) = patched else {
-            let mut explain = explain;
-            match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, false) {
-                Ok((request, Some(allocation))) => {
-                    reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, false);
-                }
-                Ok((request, None)) => {
-                    reply_batch(&engine, &app2, request, given_steps.then_some(format), reply, false);
-                }
-                Err(e) => reply.send(Err(e)),
-            }
-            return;
-        };
-        let steps = if given_steps { format } else { StepsFormat::Removed };
-        let answer = (|| -> Result<(StatusCode, AnswerBody, Outcome), ApiError> {
-            let inventory = inventory(&app2)?;
-            let mut request = parse_allocate_body(&patched).map_err(AnswerError::from)?;
-            validate_payload(&mut request).map_err(AnswerError::from)?;
-            reply.computing();
-            let allocated = inventory.allocate(&engine, &request, explain.is_some(), &handle).map_err(|e| match e {
-                AllocateError::Unavailable(m) => ApiError::Unavailable(m),
-                AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
-                AllocateError::Internal(m) => ApiError::Internal(m),
-            })?;
-            let (view, allocation) = (&allocated.view, &allocated.allocation);
-            let servers = view.parsed.servers();
-            app2.metrics.record_steps(&allocation.steps);
-            let count = servers.len();
-            let (status, outcome) = match allocation.chosen {
-                Some(id) => (StatusCode::OK, Outcome::Allocated { servers: count, uuid: servers[id].reason_key() }),
-                None => (
-                    StatusCode::CONFLICT,
-                    Outcome::NoServer { servers: count, reason: answer::failure_reason(&allocation.steps) },
-                ),
-            };
-            let options = AnswerOptions { steps, no_fit: NoFitBody::Error };
-            let mut out = Vec::with_capacity(allocation.answer_size_hint(count, steps));
-            answer::write_allocation_on(view.parsed.raw(), servers, allocation, options, &mut out, &mut |_| {})?;
-            if let Some(asked) = explain.as_ref() {
-                let explained = crate::explain::explain(servers, allocation, asked);
-                crate::explain::append_to_answer(&mut out, &explained)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
-            }
-            Ok((status, AnswerBody::Whole(out), outcome))
-        })();
-        reply.send(answer);
-    })
-    .await;
-    respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
+/// `POST /allocate` without `servers` in inventory mode: the request read and validated as
+/// the stateless one is, decided on the inventory and answered by the same writer
+/// ([`written_answer`]) while the servers decided on are held; the chosen server claimed.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn allocate<T>(
+    engine: &Engine,
+    app: &AppState,
+    inventory: &Arc<Inventory>,
+    body: &[u8],
+    steps: StepsFormat,
+    explain: Option<ExplainOptions>,
+    handle: &tokio::runtime::Handle,
+    reply: &mut Reply<T>,
+) -> Result<(StatusCode, AnswerBody, Outcome), ApiError> {
+    let mut request = parse_allocate_body(body).map_err(AnswerError::from)?;
+    validate_payload(&mut request).map_err(AnswerError::from)?;
+    let explain = explain.map(|o| answer::with_body_why_not(o, body)).transpose()?;
+    reply.computing();
+    if reply.abandoned() {
+        return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
+    }
+    let mut write = |raw: &[&str], servers: &[Server<'_>], allocation: &Allocation| {
+        app.metrics.record_steps(&allocation.steps);
+        written_answer(raw, servers, allocation, steps, explain.as_ref())
+    };
+    let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
+    let answered = inventory.allocate(engine, &request, explain.is_some(), handle, &mut write, &mut core);
+    answered.map_err(|e| match e {
+        AllocateError::Unavailable(m) => ApiError::Unavailable(m),
+        AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
+        AllocateError::Internal(m) => ApiError::Internal(m),
+    })?
 }
 
 #[cfg(test)]
 mod tests {
-    use super::inventory_request;
+    use super::patched;
 
     #[test]
     fn a_body_without_servers_is_an_inventory_request() {
-        assert_eq!(inventory_request(br#"{"vm": {}}"#).as_deref(), Some(&br#"{"servers":[],"vm": {}}"#[..]));
-        assert_eq!(inventory_request(br#" { } "#).as_deref(), Some(&br#"{"servers":[]} "#[..]));
-        assert_eq!(inventory_request(br#"{"servers": [], "vm": {}}"#), None);
-        assert_eq!(inventory_request(b"not json"), None);
+        assert_eq!(patched(br#"{"vm": {}}"#).as_deref(), Some(&br#"{"servers":[],"vm": {}}"#[..]));
+        assert_eq!(patched(br#" { } "#).as_deref(), Some(&br#"{"servers":[]} "#[..]));
+        assert_eq!(patched(br#"{"servers": [], "vm": {}}"#), None);
+        assert_eq!(patched(b"not json"), None);
     }
 }

@@ -314,6 +314,20 @@ pub struct CustomPluginInfo {
     pub digest: String,
 }
 
+/// What an inventory write did (the fields that apply to it).
+#[derive(Serialize, ToSchema)]
+pub struct InventoryChangeResponse {
+    pub uuid: Option<String>,
+    pub server_uuid: Option<String>,
+    pub vm_uuid: Option<String>,
+    /// The inventory's generation after the write (replicas catch up to it).
+    pub generation: Option<i64>,
+    pub deleted: Option<bool>,
+    pub released: Option<bool>,
+    /// `POST /inventory/load`: servers stored.
+    pub servers: Option<u64>,
+}
+
 /// A reload was accepted.
 #[derive(Serialize, ToSchema)]
 pub struct ReloadResponse {
@@ -349,7 +363,15 @@ impl utoipa::Modify for BearerAuth {
         super::handlers::ping,
         super::handlers::openapi_json,
         super::handlers::metrics,
-        super::handlers::reload
+        super::handlers::reload,
+        super::inventory::list_servers,
+        super::inventory::get_server,
+        super::inventory::put_server,
+        super::inventory::delete_server,
+        super::inventory::put_vm,
+        super::inventory::delete_vm,
+        super::inventory::release_claim,
+        super::inventory::load
     ),
     modifiers(&BearerAuth),
     components(schemas(
@@ -379,7 +401,8 @@ impl utoipa::Modify for BearerAuth {
         PackageSlotsDoc,
         PingResponse,
         CustomPluginInfo,
-        ReloadResponse
+        ReloadResponse,
+        InventoryChangeResponse
     ))
 )]
 pub struct ApiDoc;

@@ -17,6 +17,16 @@ pub struct AllocateRequest {}
 #[derive(utoipa::ToSchema)]
 pub struct CapacityRequest {}
 
+/// A CNAPI server object (inventory mode's `PUT /inventory/servers/{uuid}`).
+#[derive(utoipa::ToSchema)]
+pub struct Server {}
+
+#[derive(utoipa::ToSchema)]
+pub struct InventoryDump {}
+
+#[derive(utoipa::ToSchema)]
+pub struct InventoryVm {}
+
 fn reference(name: &str) -> Value {
     json!({ "$ref": format!("#/components/schemas/{name}") })
 }
@@ -327,6 +337,28 @@ pub fn schemas() -> Map<String, Value> {
             }
         }),
     );
+    put(
+        "InventoryDump",
+        json!({
+            "description": "`POST /inventory/load`: the whole inventory, `{servers: [...]}` or a bare array; each server checked as `/allocate` reads it (an invalid one is refused, 422 naming it).",
+            "oneOf": [
+                { "type": "array", "items": reference("Server") },
+                {
+                    "type": "object",
+                    "required": ["servers"],
+                    "properties": { "servers": { "type": "array", "items": reference("Server") } }
+                }
+            ]
+        }),
+    );
+    put(
+        "InventoryVm",
+        json!({
+            "type": "object",
+            "description": "A VM as VMAPI or CNAPI lists it; its server is `server_uuid` (here or in `?server_uuid=`).",
+            "properties": { "server_uuid": reference("Uuid") }
+        }),
+    );
     // Whole requests dapi answers (the README's examples): a client sees one that works, and
     // Schemathesis sends them first.
     for (name, text) in [
@@ -337,5 +369,6 @@ pub fn schemas() -> Map<String, Value> {
             schema["examples"] = json!([example]);
         }
     }
+
     map
 }

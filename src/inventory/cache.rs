@@ -1,44 +1,137 @@
 //! The replica's copy of the inventory, in the engine's own model.
 //!
-//! Servers are parsed once, when they change, by the reader the stateless path uses (so an
-//! allocation here reads them exactly as a request's body would be read); their derived
-//! state (VM summaries, owner counts, the schema's verdict) is computed while parsing.
-//! Allocations share the current [`View`] (an `Arc`) and never wait for a refresh.
+//! Each server is parsed on its own, when it changes, by the reader the stateless path uses
+//! (so an allocation here reads it exactly as a request's body would be read); its derived
+//! state (VM summaries, owner counts, the schema's verdict) is computed while parsing. The
+//! look-ups kept across allocations (VMs for affinity, reason keys) are updated for the
+//! changed server only; a server added, deleted or moved in the order rebuilds them once.
+//! Nothing is re-read per allocation: the engine runs on the held servers in place.
+//!
+//! Claims are kept apart ([`Claims`]): tickets handed to the engine as they are.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
 
-use super::store::{Changes, ServerRecord};
+use super::store::{ServerChange, ServerRecord, StoredClaim};
+use crate::engine::vm_index::VmIndex;
+use crate::engine::{Held, KeyTable, Lookups};
 use crate::model::{Server, Ticket};
 use crate::wire::parse_capacity_body;
 
-/// Servers parsed from one text they borrow from.
-pub struct Parsed {
-    // Declared before `text` so that they are dropped first: they borrow from it.
-    servers: Vec<Server<'static>>,
-    raw: Vec<&'static str>,
-    // Never mutated nor replaced while `servers` and `raw` live; a `Box<str>`'s bytes stay
-    // put when the box moves.
-    #[allow(dead_code)]
+/// One server parsed from its own text, which it borrows from.
+pub struct ParsedServer {
+    // Declared before `text`: they borrow from it and are dropped first.
+    server: Server<'static>,
+    raw: &'static str,
     text: Box<str>,
 }
 
-impl Parsed {
-    /// Parses `[server, ...]`.
-    pub fn new(text: String) -> Result<Parsed, String> {
-        let text: Box<str> = text.into_boxed_str();
-        // SAFETY: the borrowed parts never outlive `text` (field order above, and the
-        // accessors hand them out only for as long as `self` is borrowed).
+impl ParsedServer {
+    /// Parses one server object (as it would be read inside a request's `servers`).
+    pub fn new(object: &str) -> Result<ParsedServer, String> {
+        let text: Box<str> = format!("[{object}]").into_boxed_str();
+        // SAFETY: `server` and `raw` borrow from `text`, whose bytes never move (a boxed
+        // str's heap data stays put when the box moves) and are never changed; they are
+        // dropped before it (field order), and handed out only while `self` is borrowed.
         let borrowed: &'static str = unsafe { &*(text.as_ref() as *const str) };
-        let (raw, servers) = parse_capacity_body(borrowed.as_bytes()).map_err(|e| format!("{e:?}"))?;
-        Ok(Parsed { servers, raw, text })
+        let (mut raw, mut servers) = parse_capacity_body(borrowed.as_bytes()).map_err(|e| format!("{e:?}"))?;
+        match (raw.pop(), servers.pop()) {
+            (Some(raw), Some(server)) if servers.is_empty() => Ok(ParsedServer { server, raw, text }),
+            _ => Err("not one server object".into()),
+        }
+    }
+}
+
+/// A change made ready off the lock: its server parsed.
+pub struct Prepared {
+    uuid: String,
+    generation: i64,
+    position: i64,
+    deleted: bool,
+    parsed: Option<ParsedServer>,
+}
+
+/// Parses the changed servers (the slow part, done before the model is locked).
+pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
+    changes
+        .into_iter()
+        .map(|c| {
+            let parsed = match &c.record {
+                Some(record) => {
+                    Some(ParsedServer::new(&server_text(record)?).map_err(|e| format!("server {}: {e}", c.uuid))?)
+                }
+                None => None,
+            };
+            Ok(Prepared { uuid: c.uuid, generation: c.generation, position: c.position, deleted: c.deleted, parsed })
+        })
+        .collect()
+}
+
+/// One server while the order is rebuilt: position, uuid, generation, parsed, raw, text.
+type Row = (i64, String, i64, Server<'static>, &'static str, Box<str>);
+
+/// The servers allocations run on, in inventory order.
+pub struct Model {
+    // `servers`, `raw` and `lookups` borrow from or index `texts`: declared (dropped) first.
+    servers: Vec<Server<'static>>,
+    raw: Vec<&'static str>,
+    lookups: Lookups,
+    texts: Vec<Box<str>>,
+    uuids: Vec<String>,
+    positions: Vec<i64>,
+    /// Each server's generation; an own claim moves it without the write lock.
+    generations: Vec<AtomicI64>,
+    index: HashMap<String, usize>,
+    /// The generation everything is current to (catch-ups read what is newer).
+    generation: AtomicI64,
+    /// VM index entries replaced since it was built (its dead entries; rebuilt past the
+    /// live count).
+    replaced_vms: usize,
+}
+
+impl Default for Model {
+    fn default() -> Model {
+        Model {
+            servers: Vec::new(),
+            raw: Vec::new(),
+            lookups: Lookups::default(),
+            texts: Vec::new(),
+            uuids: Vec::new(),
+            positions: Vec::new(),
+            generations: Vec::new(),
+            index: HashMap::new(),
+            generation: AtomicI64::new(0),
+            replaced_vms: 0,
+        }
+    }
+}
+
+/// What an apply changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Applied {
+    /// Servers re-parsed (their content changed).
+    pub reparsed: usize,
+    /// Servers whose generation alone moved (claims).
+    pub bumped: usize,
+    /// Whether servers were added, deleted or reordered (look-ups rebuilt).
+    pub rebuilt: bool,
+}
+
+impl Model {
+    pub fn len(&self) -> usize {
+        self.servers.len()
     }
 
-    pub fn empty() -> Parsed {
-        Parsed { servers: Vec::new(), raw: Vec::new(), text: Box::from("") }
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// The servers, their texts and the look-ups, with `tickets`, for the engine.
+    pub fn held<'h>(&'h self, tickets: &'h [Ticket]) -> Held<'h> {
+        Held { servers: &self.servers, raw_servers: &self.raw, lookups: Some(&self.lookups), tickets }
     }
 
     pub fn servers<'s>(&'s self) -> &'s [Server<'s>] {
@@ -48,6 +141,165 @@ impl Parsed {
     pub fn raw(&self) -> &[&str] {
         &self.raw
     }
+
+    pub fn uuid(&self, id: usize) -> &str {
+        &self.uuids[id]
+    }
+
+    pub fn generation_of(&self, id: usize) -> i64 {
+        self.generations[id].load(Ordering::Acquire)
+    }
+
+    /// The generation everything is current to.
+    pub fn generation(&self) -> i64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Applies changes that only move generations (claims) without the write lock;
+    /// `None` when some change needs it (a server changed, added, deleted or moved).
+    pub fn bump_only(&self, changes: &[Prepared]) -> Option<Applied> {
+        let pure = |c: &Prepared| {
+            c.parsed.is_none()
+                && match self.index.get(&c.uuid) {
+                    Some(&i) => !c.deleted && self.positions[i] == c.position,
+                    None => !c.deleted,
+                }
+        };
+        if !changes.iter().all(pure) {
+            return None;
+        }
+        let mut applied = Applied::default();
+        for c in changes {
+            self.generation.fetch_max(c.generation, Ordering::AcqRel);
+            if let Some(&i) = self.index.get(&c.uuid) {
+                self.generations[i].fetch_max(c.generation, Ordering::AcqRel);
+                applied.bumped += 1;
+            }
+        }
+        Some(applied)
+    }
+
+    /// After an own claim: the server's generation is at least `generation`.
+    pub fn bump(&self, uuid: &str, generation: i64) {
+        if let Some(&i) = self.index.get(uuid) {
+            self.generations[i].fetch_max(generation, Ordering::AcqRel);
+        }
+    }
+
+    /// Applies prepared changes: a changed server is replaced where it is (its VMs re-indexed),
+    /// a generation-only change moves the generation; added, deleted or reordered servers
+    /// rebuild the order and the look-ups once.
+    pub fn apply(&mut self, changes: Vec<Prepared>) -> Applied {
+        let mut applied = Applied::default();
+        let mut removed: HashSet<usize> = HashSet::new();
+        let mut added: Vec<(String, i64, i64, ParsedServer)> = Vec::new();
+        let mut reorder = false;
+        for change in changes {
+            self.generation.fetch_max(change.generation, Ordering::AcqRel);
+            match (self.index.get(&change.uuid).copied(), change.deleted, change.parsed) {
+                (Some(i), true, _) => {
+                    removed.insert(i);
+                }
+                (None, true, _) | (None, false, None) => {}
+                (None, false, Some(parsed)) => {
+                    // Added twice in one catch-up cannot happen (one row per server).
+                    added.push((change.uuid, change.generation, change.position, parsed));
+                }
+                (Some(i), false, parsed) => {
+                    removed.remove(&i);
+                    self.generations[i].fetch_max(change.generation, Ordering::AcqRel);
+                    if self.positions[i] != change.position {
+                        self.positions[i] = change.position;
+                        reorder = true;
+                    }
+                    match parsed {
+                        Some(parsed) => {
+                            self.replace(i, parsed);
+                            applied.reparsed += 1;
+                        }
+                        None => applied.bumped += 1,
+                    }
+                }
+            }
+        }
+        applied.reparsed += added.len();
+        if removed.is_empty() && added.is_empty() && !reorder {
+            if self.replaced_vms > self.lookups.vm_index.get().map_or(usize::MAX, VmIndex::len).max(1024) {
+                self.rebuild_lookups();
+            }
+            return applied;
+        }
+        applied.rebuilt = true;
+        self.rebuild(removed, added);
+        applied
+    }
+
+    /// Replaces server `i` in place; the VM look-ups follow.
+    fn replace(&mut self, i: usize, parsed: ParsedServer) {
+        if let Some(index) = self.lookups.vm_index.get_mut() {
+            let old: Vec<String> = self.servers[i].inline_vms().map(|(k, _)| k.to_string()).collect();
+            for uuid in &old {
+                index.remove(i, uuid);
+            }
+            self.replaced_vms += old.len();
+            let server = &parsed.server;
+            for (uuid, vm) in server.inline_vms() {
+                index.insert(i, &server.uuid, uuid, vm);
+            }
+        }
+        // Each old part is dropped before the old text it borrows from.
+        self.servers[i] = parsed.server;
+        self.raw[i] = parsed.raw;
+        self.texts[i] = parsed.text;
+    }
+
+    /// The servers put in position order again without those removed and with those added.
+    fn rebuild(&mut self, removed: HashSet<usize>, added: Vec<(String, i64, i64, ParsedServer)>) {
+        let servers = std::mem::take(&mut self.servers);
+        let raw = std::mem::take(&mut self.raw);
+        let texts = std::mem::take(&mut self.texts);
+        let uuids = std::mem::take(&mut self.uuids);
+        let positions = std::mem::take(&mut self.positions);
+        let generations = std::mem::take(&mut self.generations);
+        self.lookups = Lookups::default();
+        let mut rows: Vec<Row> = servers
+            .into_iter()
+            .zip(raw)
+            .zip(texts)
+            .zip(uuids)
+            .zip(positions)
+            .zip(generations)
+            .enumerate()
+            .filter(|(i, _)| !removed.contains(i))
+            .map(|(_, (((((s, r), t), u), p), g))| (p, u, g.into_inner(), s, r, t))
+            .collect();
+        rows.extend(added.into_iter().map(|(u, g, p, parsed)| (p, u, g, parsed.server, parsed.raw, parsed.text)));
+        rows.sort_by_key(|r| r.0);
+        self.index.clear();
+        for (i, (p, u, g, s, r, t)) in rows.into_iter().enumerate() {
+            self.index.insert(u.clone(), i);
+            self.positions.push(p);
+            self.uuids.push(u);
+            self.generations.push(AtomicI64::new(g));
+            self.servers.push(s);
+            self.raw.push(r);
+            self.texts.push(t);
+        }
+        self.rebuild_lookups();
+    }
+
+    /// Builds the look-ups now, off the allocations' path.
+    fn rebuild_lookups(&mut self) {
+        self.lookups = Lookups::default();
+        self.replaced_vms = 0;
+        let _ = self.lookups.vm_index.set(VmIndex::build(&self.servers));
+        let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
+    }
+
+    /// Approximate bytes held: the servers' texts (the parsed model is about as big).
+    pub fn text_bytes(&self) -> usize {
+        self.texts.iter().map(|t| t.len()).sum()
+    }
 }
 
 /// A claim as the engine counts it: a ticket, until `expires` (Unix seconds).
@@ -55,136 +307,142 @@ impl Parsed {
 pub struct Claim {
     pub vm_uuid: String,
     pub server_uuid: String,
-    pub ticket: Ticket,
     pub expires: f64,
-}
-
-impl Claim {
-    pub fn new(vm_uuid: String, server_uuid: String, resources: &str, expires: f64) -> Claim {
-        let extra: serde_json::Value = serde_json::from_str(resources).unwrap_or(serde_json::Value::Null);
-        let ticket = serde_json::from_value(serde_json::json!({
-            "uuid": format!("claim-{vm_uuid}"),
-            "id": vm_uuid,
-            "server_uuid": server_uuid,
-            "scope": "vm",
-            "action": "provision",
-            "status": "active",
-            "extra": extra,
-        }))
-        .unwrap_or_default();
-        Claim { vm_uuid, server_uuid, ticket, expires }
-    }
-}
-
-/// What allocations read: the servers (in inventory order), each one's generation, the
-/// claims, and the generation everything is current to.
-pub struct View {
-    pub parsed: Arc<Parsed>,
-    /// Generation of `parsed.servers()[i]`.
-    pub generations: Vec<i64>,
-    pub index: HashMap<String, usize>,
-    pub claims: Vec<Claim>,
+    /// Decided here but not yet committed (catch-ups keep it).
+    pub pending: bool,
+    /// The generation it was committed at, as far as known (a catch-up that read the
+    /// store before it keeps it too).
     pub generation: i64,
 }
 
-impl View {
-    pub fn empty() -> View {
-        View {
-            parsed: Arc::new(Parsed::empty()),
-            generations: Vec::new(),
-            index: HashMap::new(),
-            claims: Vec::new(),
-            generation: 0,
+/// The live claims: tickets handed to the engine as one slice, with what each one is.
+#[derive(Default)]
+pub struct Claims {
+    tickets: Vec<Ticket>,
+    claims: Vec<Claim>,
+    /// The earliest expiry (pruned once passed).
+    earliest: f64,
+}
+
+fn ticket(vm_uuid: &str, server_uuid: &str, resources: &str) -> Ticket {
+    let extra: serde_json::Value = serde_json::from_str(resources).unwrap_or(serde_json::Value::Null);
+    serde_json::from_value(serde_json::json!({
+        "uuid": format!("claim-{vm_uuid}"),
+        "id": vm_uuid,
+        "server_uuid": server_uuid,
+        "scope": "vm",
+        "action": "provision",
+        "status": "active",
+        "extra": extra,
+    }))
+    .unwrap_or_default()
+}
+
+impl Claims {
+    pub fn len(&self) -> usize {
+        self.claims.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.claims.is_empty()
+    }
+
+    fn position(&self, vm_uuid: &str) -> Option<usize> {
+        self.claims.iter().position(|c| c.vm_uuid == vm_uuid)
+    }
+
+    /// Adds (or replaces) the claim of `vm_uuid`.
+    pub fn upsert(&mut self, claim: Claim, resources: &str) {
+        let t = ticket(&claim.vm_uuid, &claim.server_uuid, resources);
+        self.earliest = if self.claims.is_empty() { claim.expires } else { self.earliest.min(claim.expires) };
+        match self.position(&claim.vm_uuid) {
+            Some(i) => {
+                self.tickets[i] = t;
+                self.claims[i] = claim;
+            }
+            None => {
+                self.tickets.push(t);
+                self.claims.push(claim);
+            }
         }
     }
 
-    /// The claims not yet expired at `now` (Unix seconds), as tickets; the VM being
-    /// placed again (`except`) does not count against itself.
-    pub fn live_tickets(&self, now: f64, except: &str) -> Vec<Ticket> {
-        self.claims.iter().filter(|c| c.expires > now && c.vm_uuid != except).map(|c| c.ticket.clone()).collect()
+    pub fn remove(&mut self, vm_uuid: &str) {
+        if let Some(i) = self.position(vm_uuid) {
+            self.tickets.remove(i);
+            self.claims.remove(i);
+        }
     }
-}
 
-/// One server as the replica holds it.
-struct Row {
-    position: i64,
-    generation: i64,
-    /// The server's text with its VMs in (`None`: deleted).
-    text: Option<String>,
-}
+    /// An own claim committed at `generation`: it expires at `expires`.
+    pub fn committed(&mut self, vm_uuid: &str, generation: i64, expires: f64) {
+        if let Some(i) = self.position(vm_uuid) {
+            self.claims[i].pending = false;
+            self.claims[i].generation = generation;
+            self.claims[i].expires = expires;
+            self.earliest = self.earliest.min(expires);
+        }
+    }
 
-/// The rows behind the view, changed by catch-ups.
-#[derive(Default)]
-pub struct Rows {
-    rows: HashMap<String, Row>,
-}
-
-impl Rows {
-    /// Applies `changes`; the new view (re-parsing the servers only when one's content
-    /// changed).
-    pub fn apply(&mut self, current: &View, changes: Changes) -> Result<View, String> {
-        let mut content_changed = false;
-        let mut generation = current.generation;
-        for (uuid, gen, position, deleted, record) in changes.servers {
-            generation = generation.max(gen);
-            if deleted {
-                content_changed |= self.rows.remove(&uuid).is_some();
+    /// The committed claims of `servers` replaced by the store's (`fresh`, read at a
+    /// snapshot holding every generation up to `upto`); claims decided here and not yet
+    /// committed, or committed after the snapshot, stay.
+    pub fn replace_for(&mut self, servers: &HashSet<String>, fresh: Vec<(StoredClaim, i64)>, upto: i64) {
+        if servers.is_empty() && fresh.is_empty() {
+            return;
+        }
+        let mut i = 0;
+        while i < self.claims.len() {
+            let c = &self.claims[i];
+            if !c.pending && c.generation <= upto && servers.contains(&c.server_uuid) {
+                self.tickets.remove(i);
+                self.claims.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        for (c, generation) in fresh {
+            if self.position(&c.vm_uuid).is_some_and(|i| self.claims[i].generation > upto && !self.claims[i].pending) {
                 continue;
             }
-            let row = self.rows.entry(uuid).or_insert(Row { position, generation: gen, text: None });
-            row.generation = gen;
-            row.position = position;
-            if let Some(record) = record {
-                row.text = Some(server_text(&record)?);
-                content_changed = true;
-            }
+            let claim = Claim {
+                vm_uuid: c.vm_uuid,
+                server_uuid: c.server_uuid,
+                expires: c.expires,
+                pending: false,
+                generation,
+            };
+            self.upsert(claim, &c.resources);
         }
-        let mut ordered: Vec<(&String, &Row)> = self.rows.iter().filter(|(_, r)| r.text.is_some()).collect();
-        ordered.sort_by_key(|(_, r)| r.position);
-        let parsed = if content_changed || current.index.len() != ordered.len() {
-            let mut text = String::with_capacity(
-                ordered.iter().map(|(_, r)| r.text.as_ref().map_or(0, String::len) + 1).sum::<usize>() + 2,
-            );
-            text.push('[');
-            for (i, (_, row)) in ordered.iter().enumerate() {
-                if i > 0 {
-                    text.push(',');
-                }
-                text.push_str(row.text.as_deref().unwrap_or("{}"));
-            }
-            text.push(']');
-            Arc::new(Parsed::new(text)?)
-        } else {
-            current.parsed.clone()
-        };
-        let generations = ordered.iter().map(|(_, r)| r.generation).collect();
-        let index = ordered.iter().enumerate().map(|(i, (u, _))| ((*u).clone(), i)).collect();
-        let claims = changes
-            .claims
-            .into_iter()
-            .map(|(vm, server, resources, expires)| Claim::new(vm, server, &resources, expires))
-            .collect();
-        Ok(View { parsed, generations, index, claims, generation })
     }
 
-    /// After this replica's own claim: the server's new generation and the claim, without
-    /// waiting for the notification.
-    pub fn claimed(&mut self, current: &View, server: &str, generation: i64, claim: Claim) -> View {
-        if let Some(row) = self.rows.get_mut(server) {
-            row.generation = generation;
+    /// Drops the claims past their expiry (cheap until the earliest one passes).
+    pub fn prune(&mut self, now: f64) {
+        if self.claims.is_empty() || self.earliest > now {
+            return;
         }
-        let mut generations = current.generations.clone();
-        if let Some(&i) = current.index.get(server) {
-            generations[i] = generation;
+        let mut i = 0;
+        while i < self.claims.len() {
+            if !self.claims[i].pending && self.claims[i].expires <= now {
+                self.tickets.remove(i);
+                self.claims.remove(i);
+            } else {
+                i += 1;
+            }
         }
-        let mut claims: Vec<Claim> = current.claims.iter().filter(|c| c.vm_uuid != claim.vm_uuid).cloned().collect();
-        claims.push(claim);
-        View {
-            parsed: current.parsed.clone(),
-            generations,
-            index: current.index.clone(),
-            claims,
-            generation: current.generation,
+        self.earliest = self.claims.iter().map(|c| c.expires).fold(f64::INFINITY, f64::min);
+    }
+
+    /// The tickets to count for placing `vm_uuid`: all of them, or (when it holds a claim
+    /// already, being placed again) a copy without its own.
+    pub fn tickets_for(&self, vm_uuid: &str) -> std::borrow::Cow<'_, [Ticket]> {
+        match self.position(vm_uuid) {
+            None => std::borrow::Cow::Borrowed(&self.tickets),
+            Some(i) => {
+                let mut copy = self.tickets.clone();
+                copy.remove(i);
+                std::borrow::Cow::Owned(copy)
+            }
         }
     }
 }
@@ -210,4 +468,79 @@ pub fn server_text(record: &ServerRecord) -> Result<String, String> {
     let vms_raw: Box<RawValue> = RawValue::from_string(vms).map_err(|e| format!("server {}: {e}", record.uuid))?;
     fields.insert("vms", &vms_raw);
     serde_json::to_string(&fields).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(uuid: &str, vms: &[&str]) -> String {
+        let vms: Vec<String> =
+            vms.iter().map(|v| format!(r#""{v}":{{"uuid":"{v}","owner_uuid":"o","state":"running"}}"#)).collect();
+        format!(r#"{{"uuid":"{uuid}","status":"running","vms":{{{}}}}}"#, vms.join(","))
+    }
+
+    fn change(uuid: &str, generation: i64, position: i64, text: Option<String>) -> ServerChange {
+        ServerChange {
+            uuid: uuid.into(),
+            generation,
+            position,
+            deleted: false,
+            record: text.map(|object| ServerRecord { uuid: uuid.into(), object, vms: Vec::new() }),
+        }
+    }
+
+    #[test]
+    fn a_changed_server_is_replaced_in_place_and_only_it_is_parsed() {
+        let mut model = Model::default();
+        let changes =
+            vec![change("b", 2, 2, Some(server("b", &["v1"]))), change("a", 1, 1, Some(server("a", &["v2", "v3"])))];
+        let applied = model.apply(prepare(changes).expect("parses"));
+        assert!(applied.rebuilt);
+        assert_eq!((model.uuid(0), model.uuid(1)), ("a", "b"), "in position order");
+        assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(3));
+        let applied = model.apply(prepare(vec![change("b", 3, 2, Some(server("b", &["v4", "v5"])))]).expect("parses"));
+        assert_eq!(applied, Applied { reparsed: 1, bumped: 0, rebuilt: false });
+        assert_eq!(model.servers()[1].inline_vm_count(), 2);
+        let index = model.lookups.vm_index.get().expect("kept");
+        assert_eq!(index.len(), 4, "v1 unlisted, v4 and v5 listed");
+        assert!(index.get("v1", None).is_err());
+        assert_eq!(index.get("v4", None).ok().map(|vm| vm.server), Some(1));
+        let applied = model.apply(prepare(vec![change("a", 4, 1, None)]).expect("parses"));
+        assert_eq!(applied, Applied { reparsed: 0, bumped: 1, rebuilt: false });
+        assert_eq!((model.generation_of(0), model.generation()), (4, 4));
+        let bump = ServerChange { generation: 6, ..change("b", 0, 2, None) };
+        assert_eq!(model.bump_only(&prepare(vec![bump]).expect("parses")).map(|a| a.bumped), Some(1));
+        assert_eq!((model.generation_of(1), model.generation()), (6, 6));
+        let moved = change("b", 7, 9, None);
+        assert!(model.bump_only(&prepare(vec![moved]).expect("parses")).is_none(), "a move needs the write lock");
+        let deleted = ServerChange { deleted: true, ..change("a", 8, 1, None) };
+        assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
+        assert_eq!((model.len(), model.uuid(0)), (1, "b"));
+        assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(2));
+    }
+
+    #[test]
+    fn claims_are_tickets_and_pending_ones_survive_a_catch_up() {
+        let mut claims = Claims::default();
+        let resources = r#"{"max_physical_memory": 1024}"#;
+        let claim = |vm: &str, expires: f64, pending: bool, generation: i64| Claim {
+            vm_uuid: vm.into(),
+            server_uuid: "s".into(),
+            expires,
+            pending,
+            generation,
+        };
+        claims.upsert(claim("v1", 10.0, false, 3), resources);
+        claims.upsert(claim("v2", 20.0, true, i64::MAX), resources);
+        claims.upsert(claim("v3", 20.0, false, 9), resources);
+        assert_eq!(claims.tickets_for("x").len(), 3);
+        assert_eq!(claims.tickets_for("v1").len(), 2, "a VM placed again does not count against itself");
+        let servers: HashSet<String> = ["s".to_string()].into();
+        claims.replace_for(&servers, Vec::new(), 5);
+        assert_eq!(claims.len(), 2, "v1 released in the store; v2 not committed yet, v3 after the snapshot");
+        claims.committed("v2", 10, 5.0);
+        claims.prune(6.0);
+        assert_eq!(claims.len(), 1, "v2 expired");
+    }
 }

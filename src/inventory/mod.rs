@@ -1,34 +1,43 @@
 //! Inventory mode: dapi keeps the datacenter in PostgreSQL and in memory, and allocates
 //! without being sent it (`inventory.url` switches it on).
 //!
-//! * [`store`]: the schema (migrations/), writes, the catch-up read and the claim;
-//! * [`cache`]: the replica's copy, parsed into the engine's model when a server changes;
+//! * [`store`]: the schema (migrations/), writes, the catch-up read and the claims;
+//! * [`cache`]: the replica's copy in the engine's model, changed server by server;
 //! * [`records`]: servers and VMs as fed (checked as `/allocate` checks servers);
 //! * this module: the replica ([`Inventory`]): start-up load, `LISTEN` for changes and
 //!   catch-up after a reconnect, allocation with an atomic claim, the staleness bound.
 //!
-//! A claim is decided on the generation the replica saw: the claim's transaction bumps
-//! the server's generation only if it is still that one; otherwise another replica (or a
-//! feed) changed the server first, and the allocation is run again on fresh state.
+//! A replica decides one allocation at a time (the engine spreads each over the cores) and
+//! counts its decision at once as a pending claim, so the next decision sees it without
+//! waiting for the database (kube-scheduler's "assume"). Claims go to the store in
+//! batches (one statement and one commit for all those decided meanwhile: group commit);
+//! each is taken only if its server is still at the generation the decision saw, counting
+//! the replica's own claims since; otherwise another replica (or a feed) changed the server
+//! first, and the allocation is run again on fresh state.
 
 pub mod cache;
 pub mod records;
 pub mod store;
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::InventoryConfig;
 use crate::engine::{Allocation, Engine};
 use crate::js::Js;
-use crate::model::{AllocateBody, FieldError};
-use cache::{Claim, Rows, View};
-use store::{ClaimError, Store, StoreError};
+use crate::model::{AllocateBody, FieldError, Server};
+use cache::{Claim, Claims, Model};
+use store::{ClaimRequest, Store, StoreError};
 
 /// Times an allocation is run again after losing its claim to another replica.
 const CLAIM_RETRIES: usize = 8;
 /// Wait between reconnection attempts.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
+/// Claims sent in one statement at most.
+const MAX_BATCH: usize = 256;
+/// Own generations remembered per server (a decision that saw an older one conflicts).
+const OWN_CHAIN: usize = 64;
 
 /// The replica's connection to its inventory.
 #[derive(Debug, Clone)]
@@ -40,14 +49,32 @@ struct Status {
     last_error: Option<String>,
 }
 
+/// A decided claim on its way to the store.
+struct ClaimJob {
+    server_uuid: String,
+    /// The server's generation when the decision was taken.
+    seen: i64,
+    vm_uuid: String,
+    resources: String,
+    reply: tokio::sync::oneshot::Sender<Result<Option<(i64, f64)>, String>>,
+}
+
 pub struct Inventory {
     store: Store,
     config: InventoryConfig,
-    view: RwLock<Arc<View>>,
-    rows: tokio::sync::Mutex<Rows>,
+    model: RwLock<Model>,
+    /// Held while deciding (one decision at a time) and while claims change.
+    claims: Mutex<Claims>,
+    /// One catch-up at a time.
+    refreshing: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
     wake: tokio::sync::Notify,
+    claimer: tokio::sync::mpsc::UnboundedSender<ClaimJob>,
 }
+
+/// Writes an allocation's answer from the servers (each one's JSON, then parsed) it was
+/// decided on.
+pub type WriteAnswer<'w, T> = dyn FnMut(&[&str], &[Server<'_>], &Allocation) -> T + 'w;
 
 /// Why an inventory allocation was not answered.
 #[derive(Debug)]
@@ -58,10 +85,8 @@ pub enum AllocateError {
     Internal(String),
 }
 
-/// An allocation with the view it was decided on (the answer is written from it).
-pub struct Allocated {
-    pub view: Arc<View>,
-    pub allocation: Allocation,
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Inventory {
@@ -70,15 +95,19 @@ impl Inventory {
     pub async fn start(config: &InventoryConfig) -> Result<Arc<Inventory>, StoreError> {
         let url = config.url.as_deref().ok_or_else(|| StoreError("inventory.url is not set".into()))?;
         let store = Store::connect(url).await?;
+        let (claimer, jobs) = tokio::sync::mpsc::unbounded_channel();
         let inventory = Arc::new(Inventory {
-            store,
+            store: store.clone(),
             config: config.clone(),
-            view: RwLock::new(Arc::new(View::empty())),
-            rows: tokio::sync::Mutex::new(Rows::default()),
+            model: RwLock::new(Model::default()),
+            claims: Mutex::new(Claims::default()),
+            refreshing: tokio::sync::Mutex::new(()),
             status: Mutex::new(Status { listening: false, refreshed: Instant::now(), last_error: None }),
             wake: tokio::sync::Notify::new(),
+            claimer,
         });
         inventory.refresh().await?;
+        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs));
         let listener = inventory.clone();
         tokio::spawn(async move { listener.follow().await });
         let refresher = inventory.clone();
@@ -97,40 +126,66 @@ impl Inventory {
         &self.store
     }
 
-    pub fn view(&self) -> Arc<View> {
-        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn set_view(&self, view: View) {
-        *self.view.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(view);
+    /// The servers as the replica holds them (read-locked while the guard lives).
+    pub fn model(&self) -> std::sync::RwLockReadGuard<'_, Model> {
+        self.model.read().unwrap_or_else(|e| e.into_inner())
     }
 
     fn status(&self) -> Status {
-        self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.status).clone()
     }
 
     fn update_status(&self, f: impl FnOnce(&mut Status)) {
-        f(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+        f(&mut lock(&self.status));
     }
 
-    /// Reads what changed since the view's generation and installs the new view.
-    pub async fn refresh(&self) -> Result<(), StoreError> {
-        let mut rows = self.rows.lock().await;
-        let current = self.view();
-        let changes = match self.store.changes_since(current.generation).await {
+    /// Reads what changed since the model's generation and applies it: changed servers
+    /// re-parsed (off the reactor), the touched servers' claims replaced.
+    pub async fn refresh(self: &Arc<Self>) -> Result<cache::Applied, StoreError> {
+        let _one = self.refreshing.lock().await;
+        let since = self.model().generation();
+        let changes = match self.store.changes_since(since).await {
             Ok(changes) => changes,
             Err(e) => {
                 self.update_status(|s| s.last_error = Some(e.to_string()));
                 return Err(e);
             }
         };
-        let view = rows.apply(&current, changes).map_err(StoreError)?;
-        self.set_view(view);
+        let this = self.clone();
+        let applied = tokio::task::spawn_blocking(move || -> Result<cache::Applied, String> {
+            let generations: HashMap<String, i64> =
+                changes.servers.iter().map(|c| (c.uuid.clone(), c.generation)).collect();
+            let upto = generations.values().copied().max().unwrap_or(since);
+            let touched: HashSet<String> = generations.keys().cloned().collect();
+            let claims: Vec<_> = changes
+                .claims
+                .into_iter()
+                .map(|c| {
+                    let g = generations.get(&c.server_uuid).copied().unwrap_or(upto);
+                    (c, g)
+                })
+                .collect();
+            let prepared = cache::prepare(changes.servers)?;
+            // Servers first, then claims, under both locks: a decision never sees a VM's
+            // claim gone before the VM itself is listed.
+            let mut held = lock(&this.claims);
+            // Generations alone (claims) move under the read lock: decisions go on.
+            let bumped = this.model().bump_only(&prepared);
+            let applied = match bumped {
+                Some(applied) => applied,
+                None => this.model.write().unwrap_or_else(|e| e.into_inner()).apply(prepared),
+            };
+            held.replace_for(&touched, claims, upto);
+            Ok(applied)
+        })
+        .await
+        .map_err(|e| StoreError(e.to_string()))?
+        .map_err(StoreError)?;
         self.update_status(|s| {
             s.refreshed = Instant::now();
             s.last_error = None;
         });
-        Ok(())
+        Ok(applied)
     }
 
     /// Follows the change feed: `LISTEN`, a catch-up after each (re)connection, a
@@ -161,7 +216,7 @@ impl Inventory {
                     }
                     // Changes made while this replica was not listening.
                     match self.refresh().await {
-                        Ok(()) => {
+                        Ok(_) => {
                             self.update_status(|s| s.listening = true);
                             tracing::info!("inventory: following changes");
                         }
@@ -196,13 +251,13 @@ impl Inventory {
         }
     }
 
-    /// The view, if it may be decided on: current (following changes) or younger than
-    /// the staleness bound.
-    pub fn fresh_view(&self) -> Result<Arc<View>, AllocateError> {
+    /// Whether the held state may be decided on: current (following changes) or younger
+    /// than the staleness bound.
+    pub fn check_fresh(&self) -> Result<(), AllocateError> {
         let status = self.status();
         let bound = Duration::from_millis(self.config.staleness_ms);
         if status.listening || status.refreshed.elapsed() <= bound {
-            return Ok(self.view());
+            return Ok(());
         }
         Err(AllocateError::Unavailable(format!(
             "the inventory is {} ms old (bound {} ms): the database is out of reach ({})",
@@ -215,27 +270,32 @@ impl Inventory {
     /// `/ping`'s inventory part.
     pub fn health(&self) -> serde_json::Value {
         let status = self.status();
-        let view = self.view();
+        let claims = lock(&self.claims).len();
+        let model = self.model();
         serde_json::json!({
-            "state": if status.listening { "following" } else if self.fresh_view().is_ok() { "catching-up" } else { "stale" },
-            "servers": view.generations.len(),
-            "claims": view.claims.len(),
-            "generation": view.generation,
+            "state": if status.listening { "following" } else if self.check_fresh().is_ok() { "catching-up" } else { "stale" },
+            "servers": model.len(),
+            "claims": claims,
+            "generation": model.generation(),
             "age_ms": if status.listening { 0 } else { status.refreshed.elapsed().as_millis() as u64 },
             "error": status.last_error,
         })
     }
 
-    /// Runs the chain on the inventory for `request` (validated, without servers) and
-    /// claims the chosen server. Blocking: runs on the blocking pool, `handle` runs the
-    /// database round trips.
-    pub fn allocate(
-        &self,
+    /// Runs the chain on the inventory for `request` (validated, without servers), has
+    /// `write` make the answer from the servers decided on (while they are held), and
+    /// claims the chosen server. Blocking: runs on the blocking pool; `handle` runs the
+    /// wait for the claim's commit, during which the caller's core is given back
+    /// (`core(false)`; `core(true)` takes one again before deciding anew).
+    pub fn allocate<T>(
+        self: &Arc<Self>,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
         handle: &tokio::runtime::Handle,
-    ) -> Result<Allocated, AllocateError> {
+        write: &mut WriteAnswer<'_, T>,
+        core: &mut dyn FnMut(bool),
+    ) -> Result<T, AllocateError> {
         let vm_uuid = match (&request.vm.vm_uuid, &request.vm.uuid) {
             (Js::Str(u), _) | (_, Js::Str(u)) if !u.is_empty() => u.to_string(),
             _ => {
@@ -246,43 +306,142 @@ impl Inventory {
             }
         };
         let resources = claim_resources(request).to_string();
+        let ttl = self.config.claim_ttl_s as f64;
         for _ in 0..CLAIM_RETRIES {
-            let view = self.fresh_view()?;
-            let now = unix_now();
-            let mut tickets = request.tickets.clone();
-            tickets.extend(view.live_tickets(now, &vm_uuid));
-            let allocation = engine
-                .allocate_on(view.parsed.servers(), view.parsed.raw(), request, &tickets, explain)
-                .map_err(|e| AllocateError::Internal(e.to_string()))?;
-            let Some(id) = allocation.chosen else {
-                return Ok(Allocated { view, allocation });
+            self.check_fresh()?;
+            let (answer, decided) = {
+                let now = unix_now();
+                let mut claims = lock(&self.claims);
+                claims.prune(now);
+                let model = self.model();
+                let allocation = {
+                    let tickets = claims.tickets_for(&vm_uuid);
+                    engine
+                        .allocate_on(model.held(&tickets), request, explain)
+                        .map_err(|e| AllocateError::Internal(e.to_string()))?
+                };
+                let decided = allocation.chosen.map(|id| {
+                    // Counted at once: the next decision sees it (a pending claim).
+                    let server_uuid = model.uuid(id).to_string();
+                    let claim = Claim {
+                        vm_uuid: vm_uuid.clone(),
+                        server_uuid: server_uuid.clone(),
+                        expires: now + ttl,
+                        pending: true,
+                        generation: i64::MAX,
+                    };
+                    claims.upsert(claim, &resources);
+                    let (reply, committed) = tokio::sync::oneshot::channel();
+                    let job = ClaimJob {
+                        server_uuid: server_uuid.clone(),
+                        seen: model.generation_of(id),
+                        vm_uuid: vm_uuid.clone(),
+                        resources: resources.clone(),
+                        reply,
+                    };
+                    // Sent under the lock: the store takes claims in decision order.
+                    let _ = self.claimer.send(job);
+                    (server_uuid, committed)
+                });
+                drop(claims);
+                (write(model.raw(), model.servers(), &allocation), decided)
             };
-            let server = view.parsed.servers()[id].uuid.to_js_string();
-            let seen = view.generations[id];
-            let claimed =
-                handle.block_on(self.store.claim(&server, seen, &vm_uuid, &resources, self.config.claim_ttl_s));
-            match claimed {
-                Ok((generation, expires)) => {
-                    let claim = Claim::new(vm_uuid.clone(), server.clone(), &resources, expires);
-                    handle.block_on(async {
-                        let mut rows = self.rows.lock().await;
-                        let current = self.view();
-                        self.set_view(rows.claimed(&current, &server, generation, claim));
-                    });
-                    return Ok(Allocated { view, allocation });
+            let Some((server_uuid, committed)) = decided else { return Ok(answer) };
+            core(false);
+            let outcome = handle.block_on(committed).unwrap_or_else(|_| Err("the claim was dropped".into()));
+            match outcome {
+                Ok(Some((generation, expires))) => {
+                    lock(&self.claims).committed(&vm_uuid, generation, expires);
+                    self.model().bump(&server_uuid, generation);
+                    return Ok(answer);
                 }
-                Err(ClaimError::Conflict) => {
+                Ok(None) => {
                     // Another replica (or a feed) changed the server: decide again on
                     // fresh state.
+                    lock(&self.claims).remove(&vm_uuid);
                     handle.block_on(self.refresh()).map_err(|e| AllocateError::Unavailable(e.to_string()))?;
+                    core(true);
                 }
-                Err(ClaimError::Store(e)) => {
+                Err(e) => {
+                    lock(&self.claims).remove(&vm_uuid);
                     self.wake.notify_one();
                     return Err(AllocateError::Unavailable(format!("the claim could not be stored: {e}")));
                 }
             }
         }
         Err(AllocateError::Unavailable(format!("the chosen server kept changing ({CLAIM_RETRIES} tries); retry")))
+    }
+}
+
+/// The generations this replica's own claims moved a server through: a decision that saw
+/// any of them counted every own claim up to the latest.
+#[derive(Default)]
+struct OwnChain {
+    latest: i64,
+    from: VecDeque<i64>,
+}
+
+/// Sends decided claims to the store, all those waiting in one statement.
+async fn claim_batches(store: Store, ttl_s: u64, mut jobs: tokio::sync::mpsc::UnboundedReceiver<ClaimJob>) {
+    let mut own: HashMap<String, OwnChain> = HashMap::new();
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut in_batch: HashSet<&str> = HashSet::new();
+        let requests: Vec<ClaimRequest> = batch
+            .iter()
+            .map(|job| {
+                let follows = !in_batch.insert(job.server_uuid.as_str());
+                let expected = match own.get(&job.server_uuid) {
+                    Some(chain) if chain.latest == job.seen || chain.from.contains(&job.seen) => chain.latest,
+                    _ => job.seen,
+                };
+                ClaimRequest {
+                    server_uuid: job.server_uuid.clone(),
+                    expected,
+                    follows,
+                    vm_uuid: job.vm_uuid.clone(),
+                    resources: job.resources.clone(),
+                }
+            })
+            .collect();
+        match store.claim_batch(&requests, ttl_s).await {
+            Ok(results) => {
+                if own.len() > 100_000 {
+                    own.clear();
+                }
+                for (job, (request, result)) in batch.into_iter().zip(requests.iter().zip(results)) {
+                    if let Some((generation, _)) = result {
+                        // The server went from the expected generation (or, following a
+                        // claim of this batch, from that one's) to `generation`, by us.
+                        let chain = own.entry(request.server_uuid.clone()).or_default();
+                        if request.follows || chain.latest == request.expected {
+                            let latest = chain.latest;
+                            chain.from.push_back(latest);
+                        } else {
+                            chain.from.clear();
+                        }
+                        chain.from.push_back(request.expected);
+                        chain.from.push_back(job.seen);
+                        while chain.from.len() > OWN_CHAIN {
+                            chain.from.pop_front();
+                        }
+                        chain.latest = generation;
+                    }
+                    let _ = job.reply.send(Ok(result));
+                }
+            }
+            Err(e) => {
+                for job in batch {
+                    let _ = job.reply.send(Err(e.to_string()));
+                }
+            }
+        }
     }
 }
 

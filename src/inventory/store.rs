@@ -20,7 +20,8 @@ const MIGRATE_LOCK: i64 = 0x6461_7070;
 
 /// The migrations, in order: (version, SQL). Applied ones are recorded in
 /// `schema_migrations`.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str)] =
+    &[(1, include_str!("../../migrations/0001_init.sql")), (2, include_str!("../../migrations/0002_claim_batch.sql"))];
 
 /// A store failure: the database is out of reach, or refused a statement.
 #[derive(Debug)]
@@ -62,27 +63,47 @@ pub struct ServerRecord {
     pub vms: Vec<(String, String)>,
 }
 
+/// One server changed since a generation.
+#[derive(Debug)]
+pub struct ServerChange {
+    pub uuid: String,
+    pub generation: i64,
+    pub position: i64,
+    pub deleted: bool,
+    /// The record, when its content changed (not for a claim alone).
+    pub record: Option<ServerRecord>,
+}
+
+/// A live claim as stored.
+#[derive(Debug, Clone)]
+pub struct StoredClaim {
+    pub vm_uuid: String,
+    pub server_uuid: String,
+    /// What it holds, JSON (a ticket's `extra`).
+    pub resources: String,
+    /// Unix seconds.
+    pub expires: f64,
+}
+
 /// What changed since a generation.
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// (uuid, generation, position, deleted, the record when its content changed).
-    pub servers: Vec<(String, i64, i64, bool, Option<ServerRecord>)>,
-    /// Every live claim: (vm uuid, server uuid, resources JSON, expiry in Unix seconds).
-    pub claims: Vec<(String, String, String, f64)>,
+    pub servers: Vec<ServerChange>,
+    /// The live claims of the changed servers (all of them on a first read).
+    pub claims: Vec<StoredClaim>,
 }
 
-/// Why a claim was not taken.
-#[derive(Debug)]
-pub enum ClaimError {
-    /// The server changed since the generation the allocation saw (or was deleted).
-    Conflict,
-    Store(StoreError),
-}
-
-impl From<tokio_postgres::Error> for ClaimError {
-    fn from(e: tokio_postgres::Error) -> ClaimError {
-        ClaimError::Store(e.into())
-    }
+/// A claim to take: the server as decided on, at the generation it was seen at.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub server_uuid: String,
+    /// The generation the claim expects the server at.
+    pub expected: i64,
+    /// Decided after an earlier claim of the same batch on the same server, counting it:
+    /// expects the generation that one produces.
+    pub follows: bool,
+    pub vm_uuid: String,
+    pub resources: String,
 }
 
 #[derive(Clone)]
@@ -222,6 +243,12 @@ impl Store {
             &[&uuid, &server_uuid, &generation, &object],
         )
         .await?;
+        // The claim ends (the VM now counts itself): its server changes too.
+        tx.execute(
+            "UPDATE servers SET generation = $2 WHERE uuid IN (SELECT server_uuid FROM claims WHERE vm_uuid = $1)",
+            &[&uuid, &generation],
+        )
+        .await?;
         tx.execute("DELETE FROM claims WHERE vm_uuid = $1", &[&uuid]).await?;
         Self::notify(&tx, server_uuid, generation).await?;
         tx.commit().await?;
@@ -245,43 +272,28 @@ impl Store {
         Ok(true)
     }
 
-    /// Takes a claim on `server_uuid` if it is still at `seen` (the generation the
-    /// allocation was decided on); returns the server's new generation.
-    pub async fn claim(
-        &self,
-        server_uuid: &str,
-        seen: i64,
-        vm_uuid: &str,
-        resources: &str,
-        ttl_s: u64,
-    ) -> Result<(i64, f64), ClaimError> {
-        let mut client = self.pool.get().await.map_err(|e| ClaimError::Store(e.into()))?;
-        let (tx, generation) = Self::begin_write(&mut client).await.map_err(ClaimError::Store)?;
-        let n = tx
-            .execute(
-                "UPDATE servers SET generation = $3 WHERE uuid = $1 AND generation = $2 AND NOT deleted",
-                &[&server_uuid, &seen, &generation],
-            )
-            .await?;
-        if n == 0 {
-            tx.rollback().await?;
-            return Err(ClaimError::Conflict);
-        }
+    /// Takes a batch of claims in one statement and one commit (migrations/0002); for each,
+    /// in order, the server's new generation and the claim's expiry (Unix seconds), or
+    /// `None` when the server changed since (a conflict).
+    pub async fn claim_batch(&self, batch: &[ClaimRequest], ttl_s: u64) -> Result<Vec<Option<(i64, f64)>>, StoreError> {
+        let client = self.pool.get().await?;
+        let statement =
+            client.prepare_cached("SELECT k, generation, expires FROM dapi_claim($1, $2, $3, $4, $5, $6)").await?;
+        let servers: Vec<&str> = batch.iter().map(|c| c.server_uuid.as_str()).collect();
+        let expected: Vec<i64> = batch.iter().map(|c| c.expected).collect();
+        let follows: Vec<bool> = batch.iter().map(|c| c.follows).collect();
+        let vms: Vec<&str> = batch.iter().map(|c| c.vm_uuid.as_str()).collect();
+        let resources: Vec<&str> = batch.iter().map(|c| c.resources.as_str()).collect();
         let ttl = ttl_s as f64;
-        let row = tx
-            .query_one(
-                "INSERT INTO claims (vm_uuid, server_uuid, resources, expires) \
-                 VALUES ($1, $2, CAST($3::text AS json), now() + make_interval(secs => $4)) \
-                 ON CONFLICT (vm_uuid) DO UPDATE SET server_uuid = EXCLUDED.server_uuid, \
-                 resources = EXCLUDED.resources, created = now(), expires = EXCLUDED.expires \
-                 RETURNING extract(epoch FROM expires)::float8",
-                &[&vm_uuid, &server_uuid, &resources, &ttl],
-            )
-            .await?;
-        let expires: f64 = row.get(0);
-        Self::notify(&tx, server_uuid, generation).await?;
-        tx.commit().await?;
-        Ok((generation, expires))
+        let rows = client.query(&statement, &[&servers, &expected, &follows, &vms, &resources, &ttl]).await?;
+        let mut out = vec![None; batch.len()];
+        for row in rows {
+            let k: i32 = row.get(0);
+            if let Some(slot) = usize::try_from(k).ok().and_then(|k| out.get_mut(k.wrapping_sub(1))) {
+                *slot = Some((row.get(1), row.get(2)));
+            }
+        }
+        Ok(out)
     }
 
     /// Releases a claim (a failed provision); false when there was none.
@@ -320,14 +332,22 @@ impl Store {
             .await?;
         let mut changes = Changes::default();
         let mut changed: Vec<String> = Vec::new();
+        let mut touched: Vec<String> = Vec::new();
         for row in rows {
             let uuid: String = row.get(0);
             let object: Option<String> = row.get(4);
             if object.is_some() {
                 changed.push(uuid.clone());
             }
+            touched.push(uuid.clone());
             let record = object.map(|object| ServerRecord { uuid: uuid.clone(), object, vms: Vec::new() });
-            changes.servers.push((uuid, row.get(1), row.get(2), row.get(3), record));
+            changes.servers.push(ServerChange {
+                uuid,
+                generation: row.get(1),
+                position: row.get(2),
+                deleted: row.get(3),
+                record,
+            });
         }
         if !changed.is_empty() {
             let vms = tx
@@ -341,20 +361,25 @@ impl Store {
             for row in vms {
                 by_server.entry(row.get(0)).or_default().push((row.get(1), row.get(2)));
             }
-            for (_, _, _, _, record) in &mut changes.servers {
-                if let Some(record) = record {
+            for change in &mut changes.servers {
+                if let Some(record) = &mut change.record {
                     record.vms = by_server.remove(&record.uuid).unwrap_or_default();
                 }
             }
         }
+        // Every claim change bumps its server's generation: only the touched servers'
+        // claims are read (all of them on the first read).
         let claims = tx
             .query(
                 "SELECT vm_uuid, server_uuid, resources::text, extract(epoch FROM expires)::float8 \
-                 FROM claims WHERE expires > now() ORDER BY created, vm_uuid",
-                &[],
+                 FROM claims WHERE expires > now() AND ($1::bigint = 0 OR server_uuid = ANY($2)) ORDER BY created, vm_uuid",
+                &[&since, &touched],
             )
             .await?;
-        changes.claims = claims.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+        changes.claims = claims
+            .iter()
+            .map(|r| StoredClaim { vm_uuid: r.get(0), server_uuid: r.get(1), resources: r.get(2), expires: r.get(3) })
+            .collect();
         tx.commit().await?;
         Ok(changes)
     }
@@ -438,6 +463,12 @@ async fn upsert_server(
                  ON CONFLICT (uuid) DO UPDATE SET server_uuid = EXCLUDED.server_uuid, object = EXCLUDED.object, \
                  position = EXCLUDED.position",
                 &[&record.uuid, &uuids, &objects],
+            )
+            .await?;
+            tx.execute(
+                "UPDATE servers SET generation = $2 WHERE uuid IN \
+                 (SELECT server_uuid FROM claims WHERE vm_uuid = ANY($1))",
+                &[&uuids, &generation],
             )
             .await?;
             tx.execute("DELETE FROM claims WHERE vm_uuid = ANY($1)", &[&uuids]).await?;

@@ -35,7 +35,7 @@ impl Plugin for CalculateTicketedVms {
         servers: &[ServerId],
         _reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let open = open_tickets(req.tickets);
+        let open = open_tickets(req.all_tickets());
         let mut kept = Vec::with_capacity(servers.len());
         for &id in servers {
             let Some(tickets) = open.get(req.key(id).as_str()) else {
@@ -51,7 +51,7 @@ impl Plugin for CalculateTicketedVms {
 }
 
 /// Open provision tickets grouped by `String(server_uuid)`, in ticket order.
-fn open_tickets(tickets: &[Ticket]) -> IndexMap<String, Vec<&Ticket>> {
+fn open_tickets<'t>(tickets: impl Iterator<Item = &'t Ticket>) -> IndexMap<String, Vec<&'t Ticket>> {
     let mut by_server: IndexMap<String, Vec<&Ticket>> = IndexMap::new();
     for t in tickets {
         let open = matches!(t.status.as_str(), Some("queued" | "active"));
