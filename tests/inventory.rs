@@ -309,7 +309,12 @@ async fn a_change_committed_while_disconnected_is_seen_after_reconnecting() {
     let servers: Vec<Value> = (0..2).map(|n| server(&uuid(1, n))).collect();
     assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
     let ping = || async { send(a.addr, "GET", "/ping", &[], b"").await.json()["inventory"].clone() };
-    assert_eq!(ping().await["state"], json!("following"));
+    // The load's own notification may still be caught up on: wait until the replica follows.
+    let started = Instant::now();
+    while ping().await["state"] != json!("following") {
+        assert!(started.elapsed() < Duration::from_secs(10), "the replica never settled after the load");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     pg.psql(
         "reconnect",
         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \

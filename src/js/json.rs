@@ -524,6 +524,12 @@ impl<'de> MapAccess<'de> for Members<'_, 'de> {
     }
 }
 
+/// `JSON.stringify(value)` as a string: the JSON text handed to the sandbox, lone surrogates
+/// written back as the escapes `JSON.parse` read them from.
+pub fn stringify<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    to_vec(value).ok().and_then(|bytes| String::from_utf8(bytes).ok()).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,10 +607,4 @@ mod tests {
         let texts: Vec<&str> = map.values().map(|r| r.get()).collect();
         assert_eq!(texts, [r#"[1e999, "\ud800"]"#, "2"]);
     }
-}
-
-/// `JSON.stringify(value)` as a string: the JSON text handed to the sandbox, lone surrogates
-/// written back as the escapes `JSON.parse` read them from.
-pub fn stringify<T: serde::Serialize + ?Sized>(value: &T) -> String {
-    to_vec(value).ok().and_then(|bytes| String::from_utf8(bytes).ok()).unwrap_or_default()
 }
