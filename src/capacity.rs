@@ -800,21 +800,7 @@ pub fn table(answer: &Value) -> String {
             text(&p["stranded"]["disk"]),
         ]);
     }
-    let mut widths = [0usize; 8];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (cell, w) in row.iter().zip(widths) {
-            let _ = write!(line, "{cell:<w$}  ");
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = columns(&rows);
     let totals = &answer["totals"];
     for group in ["usable", "reserved", "unusable"] {
         let g = &totals[group];
@@ -835,5 +821,26 @@ pub fn table(answer: &Value) -> String {
         }
     }
     out.push('\n');
+    out
+}
+
+/// Rows as left-aligned columns, two spaces apart, each line without trailing blanks.
+pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
+    use std::fmt::Write;
+    let mut widths = [0usize; N];
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (cell, w) in row.iter().zip(widths) {
+            let _ = write!(line, "{cell:<w$}  ");
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
     out
 }

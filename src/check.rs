@@ -180,21 +180,7 @@ pub fn table(answer: &Value) -> String {
         }
         rows.push([text(&s["server"]), fits.into(), s.get("slots").map_or("-".into(), text), why]);
     }
-    let mut widths = [0usize; 4];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (cell, w) in row.iter().zip(widths) {
-            let _ = write!(line, "{cell:<w$}  ");
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = crate::capacity::columns(&rows);
     let ask = &answer["ask"];
     let _ = writeln!(
         out,

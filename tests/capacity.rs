@@ -12,36 +12,14 @@ use serde_json::{json, Value};
 const GIB: f64 = 1_073_741_824.0;
 const MIB: f64 = 1_048_576.0;
 
-/// A server built from the example's first one: no VMs, `cores` CPUs, `ram_gib` of memory,
-/// a big pool with nothing used, then `changes` laid over it.
+/// `common::empty_server` with 1 GiB of the pool used by the system, unless `changes` says
+/// otherwise.
 fn server(uuid: &str, cores: u32, ram_gib: f64, changes: Value) -> Value {
-    let example = common::example_request();
-    let mut s = example["servers"][0].clone();
-    s["uuid"] = json!(uuid);
-    s["vms"] = json!({});
-    s["sysinfo"]["UUID"] = json!(uuid);
-    s["sysinfo"]["CPU Total Cores"] = json!(cores);
-    s["sysinfo"]["CPU Online Count"] = json!(cores);
-    s["memory_total_bytes"] = json!(ram_gib * GIB);
-    for key in [
-        "disk_cores_quota_used_bytes",
-        "disk_installed_images_used_bytes",
-        "disk_kvm_zvol_volsize_bytes",
-        "disk_system_used_bytes",
-        "disk_zone_quota_bytes",
-        "disk_zone_quota_used_bytes",
-        "disk_pool_alloc_bytes",
-    ] {
-        s[key] = json!(0);
+    let mut all = json!({"disk_system_used_bytes": GIB});
+    if let (Some(all), Some(c)) = (all.as_object_mut(), changes.as_object()) {
+        all.extend(c.clone());
     }
-    s["disk_pool_size_bytes"] = json!(4096.0 * GIB);
-    s["disk_system_used_bytes"] = json!(GIB);
-    if let (Some(s), Some(c)) = (s.as_object_mut(), changes.as_object()) {
-        for (k, v) in c {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    s
+    common::empty_server(uuid, cores, ram_gib, all)
 }
 
 fn vm(n: usize) -> (String, Value) {

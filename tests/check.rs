@@ -11,37 +11,6 @@ use serde_json::{json, Value};
 
 const GIB: f64 = 1_073_741_824.0;
 
-/// A server built from the example's first one: no VMs, `cores` CPUs, `ram_gib` of memory,
-/// a 4 TiB pool with nothing used, then `changes` laid over it.
-fn server(uuid: &str, cores: u32, ram_gib: f64, changes: Value) -> Value {
-    let example = common::example_request();
-    let mut s = example["servers"][0].clone();
-    s["uuid"] = json!(uuid);
-    s["vms"] = json!({});
-    s["sysinfo"]["UUID"] = json!(uuid);
-    s["sysinfo"]["CPU Total Cores"] = json!(cores);
-    s["sysinfo"]["CPU Online Count"] = json!(cores);
-    s["memory_total_bytes"] = json!(ram_gib * GIB);
-    for key in [
-        "disk_cores_quota_used_bytes",
-        "disk_installed_images_used_bytes",
-        "disk_kvm_zvol_volsize_bytes",
-        "disk_system_used_bytes",
-        "disk_zone_quota_bytes",
-        "disk_zone_quota_used_bytes",
-        "disk_pool_alloc_bytes",
-    ] {
-        s[key] = json!(0);
-    }
-    s["disk_pool_size_bytes"] = json!(4096.0 * GIB);
-    if let (Some(s), Some(c)) = (s.as_object_mut(), changes.as_object()) {
-        for (k, v) in c {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    s
-}
-
 const A: &str = "a0000000-0000-4000-8000-00000000000a";
 const B: &str = "b0000000-0000-4000-8000-00000000000b";
 const C: &str = "c0000000-0000-4000-8000-00000000000c";
@@ -59,13 +28,13 @@ fn datacenter() -> Value {
     let uncapped = json!({UNCAPPED: {"uuid": UNCAPPED, "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853",
         "brand": "joyent", "state": "running", "max_physical_memory": 512}});
     json!([
-        server(A, 32, 6.0, json!({})),
-        server(B, 1, 64.0, json!({})),
-        server(C, 32, 64.0, json!({})),
-        server(D, 32, 64.0, json!({"reserved": true})),
-        server(E, 32, 64.0, json!({"vms": uncapped})),
-        server(F, 32, 64.0, json!({"setup": false})),
-        server(G, 32, 64.0, json!({"disk_pool_size_bytes": 20.0 * GIB})),
+        common::empty_server(A, 32, 6.0, json!({})),
+        common::empty_server(B, 1, 64.0, json!({})),
+        common::empty_server(C, 32, 64.0, json!({})),
+        common::empty_server(D, 32, 64.0, json!({"reserved": true})),
+        common::empty_server(E, 32, 64.0, json!({"vms": uncapped})),
+        common::empty_server(F, 32, 64.0, json!({"setup": false})),
+        common::empty_server(G, 32, 64.0, json!({"disk_pool_size_bytes": 20.0 * GIB})),
     ])
 }
 

@@ -1,24 +1,14 @@
 //! The `dapi` command as a process: help, version, input from a file or standard input,
 //! exit codes and messages for bad input and bad config, and `serve` on a host name.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use common::dapi;
 use serde_json::Value;
-
-const BIN: &str = env!("CARGO_BIN_EXE_dapi");
-
-/// `dapi` with none of the caller's `DAPI_*` settings (they would change its config).
-fn dapi() -> Command {
-    let mut command = Command::new(BIN);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("DAPI_") {
-            command.env_remove(key);
-        }
-    }
-    command
-}
 
 fn run(command: &mut Command) -> (i32, String, String) {
     let Output { status, stdout, stderr } = command.output().expect("dapi runs");

@@ -6,13 +6,10 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
-use common::{example_request, post_json, send, start, start_with};
+use common::{dapi, example_request, post_json, send, start, start_with};
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_dapi");
 
 /// A fresh directory under the system's temporary one.
 fn tmp(name: &str) -> PathBuf {
@@ -20,17 +17,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir
-}
-
-/// `dapi` with none of the caller's `DAPI_*` settings.
-fn dapi() -> Command {
-    let mut command = Command::new(BIN);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("DAPI_") {
-            command.env_remove(key);
-        }
-    }
-    command
 }
 
 /// `dapi replay DIR --json [--config FILE]`, its report.

@@ -3,24 +3,14 @@
 //! seed giving the same figures, two configs compared, the outputs (CSV, HTML) and bad
 //! input named.
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use common::dapi;
 use serde_json::{json, Value};
-
-const BIN: &str = env!("CARGO_BIN_EXE_dapi");
-
-/// `dapi` with none of the caller's `DAPI_*` settings (they would change its config).
-fn dapi() -> Command {
-    let mut command = Command::new(BIN);
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("DAPI_") {
-            command.env_remove(key);
-        }
-    }
-    command
-}
 
 /// A new file of the test's own holding `value`.
 fn file(name: &str, value: &Value) -> PathBuf {

@@ -108,6 +108,18 @@ pub async fn post_json(addr: SocketAddr, path: &str, body: &serde_json::Value) -
     send(addr, "POST", path, &[("Content-Type", "application/json")], &bytes).await
 }
 
+/// The `dapi` binary, with none of the caller's `DAPI_*` settings (they would change its
+/// config).
+pub fn dapi() -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"));
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("DAPI_") {
+            command.env_remove(key);
+        }
+    }
+    command
+}
+
 /// The example request shipped in `examples/allocate.json`.
 pub fn example_request() -> serde_json::Value {
     let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/allocate.json"))
@@ -131,6 +143,37 @@ pub fn example_datacenter(copies: usize, seed: u64) -> serde_json::Value {
     req["servers"] = serde_json::json!(many);
     req["seed"] = serde_json::json!(seed);
     req
+}
+
+/// A server built from the example's first one: no VMs, `cores` CPUs, `ram_gib` of memory,
+/// a 4 TiB pool with nothing used, then `changes` laid over it.
+pub fn empty_server(uuid: &str, cores: u32, ram_gib: f64, changes: serde_json::Value) -> serde_json::Value {
+    let example = example_request();
+    let mut s = example["servers"][0].clone();
+    s["uuid"] = serde_json::json!(uuid);
+    s["vms"] = serde_json::json!({});
+    s["sysinfo"]["UUID"] = serde_json::json!(uuid);
+    s["sysinfo"]["CPU Total Cores"] = serde_json::json!(cores);
+    s["sysinfo"]["CPU Online Count"] = serde_json::json!(cores);
+    s["memory_total_bytes"] = serde_json::json!(ram_gib * 1_073_741_824.0);
+    for key in [
+        "disk_cores_quota_used_bytes",
+        "disk_installed_images_used_bytes",
+        "disk_kvm_zvol_volsize_bytes",
+        "disk_system_used_bytes",
+        "disk_zone_quota_bytes",
+        "disk_zone_quota_used_bytes",
+        "disk_pool_alloc_bytes",
+    ] {
+        s[key] = serde_json::json!(0);
+    }
+    s["disk_pool_size_bytes"] = serde_json::json!(4096.0 * 1_073_741_824.0);
+    if let (Some(s), Some(c)) = (s.as_object_mut(), changes.as_object()) {
+        for (k, v) in c {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    s
 }
 
 /// The vendored recorded cases (`tests/conformance/cases`), in file-name order.
