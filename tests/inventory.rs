@@ -188,6 +188,55 @@ async fn feeding_is_validated_like_allocate() {
     assert!(reply.json()["errors"][0]["field"].as_str().is_some_and(|f| f.starts_with("vm")), "{}", reply.json());
 }
 
+/// `text` with its first `from` replaced by `to` (edits serde_json cannot write).
+fn edited(text: &str, edits: &[(&str, &str)]) -> String {
+    let mut text = text.to_string();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from} is in the text");
+        text = text.replacen(from, to, 1);
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bodies_json_parse_reads_are_read_and_answered_as_in_a_stateless_request() {
+    // Lone surrogates and numbers past the double range, in a server fed to the inventory
+    // and in the allocation: stored as given, and the allocation on the inventory answers
+    // byte for byte what the stateless request with the same servers answers.
+    let Some(pg) = pg::start("inventory JSON.parse bodies") else { return };
+    let url = pg.database("jsonparse");
+    let a = replica(None, &url, &[]).await;
+    let mut request = common::example_request();
+    request["seed"] = json!(7);
+    let servers = serde_json::to_string(&request["servers"]).expect("servers");
+    let servers = edited(&servers, &[(r#""hostname":"CN0002""#, r#""hostname":"CN\uD8000002","x\udc00":[1e999]"#)]);
+    let reply = send(a.addr, "POST", "/inventory/load", &[], format!(r#"{{"servers":{servers}}}"#).as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let without = {
+        let mut r = request.clone();
+        r.as_object_mut().expect("object").remove("servers");
+        edited(&serde_json::to_string(&r).expect("request"), &[(r#""alias":""#, r#""alias":"a\ud800"#)])
+    };
+    let stateless = format!(r#"{{"servers":{servers},{}"#, &without[1..]);
+    let s = send(a.addr, "POST", "/allocate?steps=full", &[], stateless.as_bytes()).await;
+    let i = send(a.addr, "POST", "/allocate?steps=full", &[], without.as_bytes()).await;
+    let (s_text, i_text) = (String::from_utf8_lossy(&s.body), String::from_utf8_lossy(&i.body));
+    assert_eq!((s.status, i.status), (200, 200), "{i_text}");
+    assert_eq!(i_text, s_text, "the inventory answers as the stateless request does");
+    assert!(i_text.contains(r#""hostname":"CN\ud8000002","x\udc00":[null]"#), "echoed as JSON.stringify: {i_text}");
+    // A server put alone with such a key is stored and listed.
+    let s1 = uuid(1, 1);
+    let one = edited(
+        &serde_json::to_string(&server(&s1)).expect("server"),
+        &[(r#""hostname":"#, r#""k\ud800":1e999,"hostname":"#)],
+    );
+    let reply = send(a.addr, "PUT", &format!("/inventory/servers/{s1}"), &[], one.as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
+    let got = String::from_utf8_lossy(&got.body).to_string();
+    assert!(got.contains(r#""k\ud800":1e999"#), "stored as given: {got}");
+}
+
 /// Fills servers with VMs through `replicas` from `clients` concurrent clients until every
 /// allocation answers 409; the 200s (VM → server).
 async fn fill(replicas: &[std::net::SocketAddr], clients: usize, prefix: u32) -> BTreeMap<String, String> {

@@ -341,11 +341,12 @@ pub(super) fn inventory_request(received: &Received) -> Option<Vec<u8>> {
 }
 
 fn patched(body: &[u8]) -> Option<Vec<u8>> {
-    let top: indexmap::IndexMap<String, &serde_json::value::RawValue> = serde_json::from_slice(body).ok()?;
+    let text = std::str::from_utf8(body).ok()?;
+    let top: indexmap::IndexMap<String, &serde_json::value::RawValue> = crate::js::json::from_str(text).ok()?;
     if top.contains_key("servers") {
         return None;
     }
-    let text = std::str::from_utf8(body).ok()?.trim_start();
+    let text = text.trim_start();
     let rest = text.strip_prefix('{')?.trim_start();
     let mut patched = Vec::with_capacity(body.len() + 16);
     patched.extend_from_slice(br#"{"servers":[]"#);

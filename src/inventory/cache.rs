@@ -453,21 +453,47 @@ pub fn server_text(record: &ServerRecord) -> Result<String, String> {
     if record.vms.is_empty() {
         return Ok(record.object.clone());
     }
-    let mut fields: IndexMap<&str, &RawValue> =
-        serde_json::from_str(&record.object).map_err(|e| format!("server {}: {e}", record.uuid))?;
+    let fields: IndexMap<String, &RawValue> =
+        crate::js::json::from_str(&record.object).map_err(|e| format!("server {}: {e}", record.uuid))?;
     let mut vms = String::from("{");
     for (i, (uuid, object)) in record.vms.iter().enumerate() {
         if i > 0 {
             vms.push(',');
         }
-        vms.push_str(&serde_json::to_string(uuid).map_err(|e| e.to_string())?);
+        vms.push_str(&crate::js::json::stringify(uuid.as_str()));
         vms.push(':');
         vms.push_str(object);
     }
     vms.push('}');
-    let vms_raw: Box<RawValue> = RawValue::from_string(vms).map_err(|e| format!("server {}: {e}", record.uuid))?;
-    fields.insert("vms", &vms_raw);
-    serde_json::to_string(&fields).map_err(|e| e.to_string())
+    Ok(object_text(&fields, Some(&vms)))
+}
+
+/// An object's text from its members' texts, `vms` replaced by `vms` when given (appended
+/// when missing). Written by hand rather than through `RawValue`, whose check refuses what
+/// `JSON.parse` reads (a lone surrogate): the texts were read that way already.
+pub(crate) fn object_text(fields: &IndexMap<String, &RawValue>, vms: Option<&str>) -> String {
+    let mut out = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
+    out.push('{');
+    let mut first = true;
+    let mut member = |out: &mut String, key: &str, value: &str| {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+        out.push_str(&crate::js::json::stringify(key));
+        out.push(':');
+        out.push_str(value);
+    };
+    for (key, value) in fields {
+        match (key.as_str(), vms) {
+            ("vms", Some(vms)) => member(&mut out, key, vms),
+            _ => member(&mut out, key, value.get()),
+        }
+    }
+    if let (Some(vms), false) = (vms, fields.contains_key("vms")) {
+        member(&mut out, "vms", vms);
+    }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]

@@ -69,9 +69,9 @@ pub fn dump(body: &[u8], max_vms: usize) -> Result<Vec<ServerRecord>, RecordErro
 /// `server_uuid`, else `server_uuid` given apart).
 pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String, String), RecordError> {
     let text = std::str::from_utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
-    let fields: IndexMap<&str, &RawValue> =
-        serde_json::from_str(text).map_err(|e| RecordError::Malformed(format!("body must be a VM object: {e}")))?;
-    let own = fields.get("server_uuid").and_then(|r| serde_json::from_str::<String>(r.get()).ok());
+    let fields: IndexMap<String, &RawValue> = crate::js::json::from_str(text)
+        .map_err(|e| RecordError::Malformed(format!("body must be a VM object: {e}")))?;
+    let own = fields.get("server_uuid").and_then(|r| crate::js::json::from_str::<String>(r.get()).ok());
     let server = match (own, server_uuid) {
         (Some(own), Some(given)) if own != given => {
             return Err(invalid("server_uuid", format!("{given} given, but the VM says {own}")))
@@ -92,7 +92,7 @@ pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String,
 }
 
 fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+    crate::js::json::stringify(s)
 }
 
 fn renamed(errors: Vec<FieldError>, from: &str, to: &str) -> Vec<FieldError> {
@@ -128,19 +128,15 @@ fn check(server: &Server, field: &str, max_vms: usize) -> Result<(), RecordError
 }
 
 /// The server object with its `vms` object emptied, and the VMs apart; the flag says
-/// whether `vms` was given at all.
+/// whether `vms` was given at all. Read and written as `JSON.parse`/`JSON.stringify` do,
+/// so lone surrogates and numbers past the double range are stored as they came.
 fn split(raw: &str, uuid: &str) -> Result<(ServerRecord, bool), RecordError> {
-    let mut fields: IndexMap<&str, &RawValue> =
-        serde_json::from_str(raw).map_err(|e| RecordError::Malformed(format!("server is not an object: {e}")))?;
-    let empty: Box<RawValue> = RawValue::from_string("{}".into()).map_err(|e| RecordError::Malformed(e.to_string()))?;
-    let mut vms = Vec::new();
+    let fields: IndexMap<String, &RawValue> =
+        crate::js::json::from_str(raw).map_err(|e| RecordError::Malformed(format!("server is not an object: {e}")))?;
     let given = fields.contains_key("vms");
-    if let Some(raw_vms) = fields.get("vms").copied() {
-        if let Ok(map) = serde_json::from_str::<IndexMap<String, &RawValue>>(raw_vms.get()) {
-            vms = map.into_iter().map(|(k, v)| (k, v.get().to_string())).collect();
-            fields.insert("vms", &empty);
-        }
-    }
-    let object = serde_json::to_string(&fields).map_err(|e| RecordError::Malformed(e.to_string()))?;
+    let vms: Option<IndexMap<String, &RawValue>> =
+        fields.get("vms").and_then(|raw_vms| crate::js::json::from_str(raw_vms.get()).ok());
+    let object = crate::inventory::cache::object_text(&fields, vms.is_some().then_some("{}"));
+    let vms = vms.map_or_else(Vec::new, |map| map.into_iter().map(|(k, v)| (k, v.get().to_string())).collect());
     Ok((ServerRecord { uuid: uuid.to_string(), object, vms }, given))
 }
