@@ -19,7 +19,7 @@ use crate::engine::{write_json_str, Allocation, Engine, Step, StepsFormat};
 use crate::explain::{self, ExplainOptions};
 use crate::model::{AllocateBody, BodyError, Server};
 use crate::validate::{validate_allocate, validate_server_list, FieldError};
-use crate::wire::{parse_allocate_body, parse_capacity_body};
+use crate::wire::{parse_allocate_body, parse_capacity_body, parse_capacity_request, CapacityBody};
 
 /// Why a request was not answered with an allocation (or a capacity report).
 #[derive(Debug)]
@@ -337,11 +337,11 @@ pub struct CapacityAnswer {
 /// Parses, checks and answers one `POST /capacity` body (`{servers: [...]}` or a bare
 /// array of servers).
 pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<CapacityAnswer, AnswerError> {
-    let (raw_servers, servers) = parse_capacity_body(body)?;
+    let CapacityBody { raw_servers, servers, members } = parse_capacity_request(body)?;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
     // With `packages`: the totals and how many more VMs of each fit (crate::capacity).
-    let packages = crate::capacity::package_query(body).map_err(AnswerError::Invalid)?;
+    let packages = crate::capacity::package_query_in(&members).map_err(AnswerError::Invalid)?;
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
     let mut answer = capacity.answer(&servers);
     let internal = |e: serde_json::Error| AnswerError::Internal(e.to_string());

@@ -18,7 +18,9 @@
 
 use std::sync::Arc;
 
+use indexmap::IndexMap;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::answer::AnswerError;
@@ -86,11 +88,25 @@ pub struct PackageQuery {
 /// Reads `packages`, `vm`, `image` and `exact` from a capacity body; `None` when it has no
 /// `packages`. Each bad entry is a 422 naming its field.
 pub fn package_query(body: &[u8]) -> Result<Option<PackageQuery>, Vec<FieldError>> {
-    let Ok(Value::Object(top)) =
-        std::str::from_utf8(body).map_err(|_| ()).and_then(|t| crate::js::json::from_str::<Value>(t).map_err(|_| ()))
+    let Ok(members) = std::str::from_utf8(body)
+        .map_err(|_| ())
+        .and_then(|t| crate::js::json::from_str::<IndexMap<String, &RawValue>>(t).map_err(|_| ()))
     else {
         return Ok(None);
     };
+    package_query_in(&members)
+}
+
+/// [`package_query`] from the body's top-level members as read (`servers` aside): only the
+/// members it needs are parsed.
+pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<PackageQuery>, Vec<FieldError>> {
+    let top: Map<String, Value> = ["packages", "vm", "image", "img", "exact"]
+        .into_iter()
+        .filter_map(|name| {
+            let raw = members.get(name)?;
+            Some((name.to_string(), crate::js::json::from_str::<Value>(raw.get()).ok()?))
+        })
+        .collect();
     let Some(packages) = top.get("packages") else { return Ok(None) };
     let mut errors = Vec::new();
     let Value::Array(list) = packages else {

@@ -27,7 +27,10 @@ mod cursor;
 mod vms;
 
 pub use arriving::{Arriving, Writer as ArrivingWriter};
-pub use body::{parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body};
+pub use body::{
+    parse_allocate_body, parse_arriving_allocate_body, parse_capacity_body, parse_capacity_plain,
+    parse_capacity_request, CapacityBody,
+};
 
 #[cfg(test)]
 pub(crate) use body::tests::serde_fields;
