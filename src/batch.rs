@@ -55,6 +55,16 @@ pub struct BatchAnswer {
     pub body: Vec<u8>,
     pub placed: usize,
     pub failed: usize,
+    /// Each VM decided, in order (with `all_or_nothing`, up to the one that did not fit).
+    pub vms: Vec<VmOutcome>,
+}
+
+/// What was decided for one VM of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmOutcome {
+    pub uuid: String,
+    /// Its server, or why none fits.
+    pub verdict: Verdict,
 }
 
 impl BatchAnswer {
@@ -213,8 +223,21 @@ fn validate_items(request: &mut AllocateBody<'_>, items: &mut [Item]) -> Result<
 pub fn allocate_batch(
     engine: &Engine,
     limits: &Limits,
+    request: AllocateBody<'_>,
+    options: BatchOptions,
+) -> Result<BatchAnswer, AnswerError> {
+    allocate_batch_as(engine, limits, request, options, &[])
+}
+
+/// [`allocate_batch`] with the VMs that had no uuid (and were given a new one) given
+/// `uuids[i]` instead, for VM `i` (when there is one): a batch decided again (the shadow
+/// config) then places the same VMs as the first time.
+pub fn allocate_batch_as(
+    engine: &Engine,
+    limits: &Limits,
     mut request: AllocateBody<'_>,
     options: BatchOptions,
+    uuids: &[String],
 ) -> Result<BatchAnswer, AnswerError> {
     check_limits(limits, &request.servers)?;
     let all_or_nothing = match request.batch.all_or_nothing {
@@ -231,6 +254,13 @@ pub fn allocate_batch(
     let mut items = read_items(&request, options.count)?;
     if !copies {
         validate_items(&mut request, &mut items)?;
+    }
+    for (item, uuid) in items.iter_mut().zip(uuids) {
+        // A uuid from the body is the same both times: only a generated one differs.
+        if item.uuid != *uuid {
+            item.uuid = uuid.clone();
+            item.vm.vm_uuid = Js::str(uuid);
+        }
     }
     let format = options.steps.unwrap_or(StepsFormat::Removed);
     // Full steps repeat every remaining server at every step, for every VM.
@@ -253,6 +283,7 @@ pub fn allocate_batch(
     let mut out = Vec::with_capacity(4096 + items.len() * 512);
     out.extend_from_slice(b"{\"vms\":[");
     let (mut placed, mut failed) = (0, 0);
+    let mut vms = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let vm_request = VmRequest {
             vm: &item.vm,
@@ -267,6 +298,7 @@ pub fn allocate_batch(
         allocation.steps_view(dc.servers(), format).write_json(&mut steps);
         if allocation.chosen.is_none() && all_or_nothing {
             let reason = failure_reason(&allocation.steps);
+            vms.push(VmOutcome { uuid: item.uuid.clone(), verdict: Verdict::NoFit { reason: reason.clone() } });
             let mut body = Vec::with_capacity(steps.len() + 256);
             body.extend_from_slice(br#"{"code":"NoAllocatableServersError","message":"#);
             write_json_str(&mut body, &format!("No compute resources available: vms[{i}] ({}): {reason}", item.uuid));
@@ -277,7 +309,7 @@ pub fn allocate_batch(
             body.extend_from_slice(br#","steps":"#);
             body.extend_from_slice(&steps);
             body.extend_from_slice(b"}}");
-            return Ok(BatchAnswer { status: 409, body, placed: 0, failed: 1 });
+            return Ok(BatchAnswer { status: 409, body, placed: 0, failed: 1, vms });
         }
         if i > 0 {
             out.push(b',');
@@ -288,13 +320,16 @@ pub fn allocate_batch(
             Some(id) => {
                 placed += 1;
                 out.extend_from_slice(br#","server_uuid":"#);
-                write_json_str(&mut out, &dc.servers()[id].reason_key());
+                let server = dc.servers()[id].reason_key();
+                write_json_str(&mut out, &server);
+                vms.push(VmOutcome { uuid: item.uuid.clone(), verdict: Verdict::Chosen { uuid: server } });
             }
             None => {
                 failed += 1;
                 out.extend_from_slice(br#","server_uuid":null,"code":"NoAllocatableServersError","message":"#);
                 let reason = failure_reason(&allocation.steps);
                 write_json_str(&mut out, &format!("No compute resources available: {reason}"));
+                vms.push(VmOutcome { uuid: item.uuid.clone(), verdict: Verdict::NoFit { reason } });
             }
         }
         out.extend_from_slice(br#","steps":"#);
@@ -302,7 +337,7 @@ pub fn allocate_batch(
         out.push(b'}');
     }
     out.extend_from_slice(format!("],\"placed\":{placed},\"failed\":{failed}}}").as_bytes());
-    Ok(BatchAnswer { status: 200, body: out, placed, failed })
+    Ok(BatchAnswer { status: 200, body: out, placed, failed, vms })
 }
 
 #[cfg(test)]

@@ -11,9 +11,16 @@
 //! written (a partial file is never seen under that name: it is written aside and renamed),
 //! and `configs/<digest>.json`, the chain and defaults each record was decided with, so
 //! that a replay can decide it again with the old config and say where the new one departs.
+//!
+//! An inventory-mode allocation's body has no `servers`: its record is made whole, as a
+//! stateless request deciding the same, by the writer (off the request's path): `servers`
+//! holds the inventory's servers as the decision read them (shared with the inventory, not
+//! copied, while queued), and `tickets` the body's own followed by the claims the decision
+//! counted. Such a record is as big as a stateless request on that datacenter.
 
 use std::collections::VecDeque;
 use std::io::Write as _;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
@@ -76,6 +83,34 @@ pub struct AnswerAsked {
     pub explain: Option<Vec<String>>,
 }
 
+/// One server's JSON, `text[range]`, in a text shared with its holder.
+#[derive(Debug, Clone)]
+pub struct SharedText {
+    pub text: Arc<str>,
+    pub range: Range<usize>,
+}
+
+impl SharedText {
+    pub fn get(&self) -> &str {
+        self.text.get(self.range.clone()).unwrap_or("null")
+    }
+}
+
+/// What an allocation was decided on beyond its body (inventory mode): put into the body
+/// when the record is written.
+#[derive(Debug, Clone, Default)]
+pub struct DecidedOn {
+    pub servers: Vec<SharedText>,
+    /// The claims counted, as CNAPI tickets, after the body's own.
+    pub tickets: Vec<serde_json::Value>,
+}
+
+impl DecidedOn {
+    fn bytes(&self) -> usize {
+        self.servers.iter().map(|s| s.range.len() + 1).sum::<usize>() + self.tickets.len() * 512
+    }
+}
+
 /// One recorded request.
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -90,6 +125,15 @@ pub struct Record {
     pub answer_digest: String,
     /// The request body (decompressed), JSON.
     pub body: Vec<u8>,
+    /// Inventory mode: the servers and claims, which the body does not hold.
+    pub decided_on: Option<DecidedOn>,
+}
+
+impl Record {
+    /// Bytes it holds while queued, about.
+    fn size(&self) -> usize {
+        self.body.len() + self.decided_on.as_ref().map_or(0, DecidedOn::bytes)
+    }
 }
 
 /// A record file's members but the body (read back with [`read_record`]).
@@ -253,7 +297,7 @@ impl Recorder {
 
     /// Hands a record to the writer; drops it (counted) when the queue is full.
     pub fn offer(&self, record: Record) {
-        let size = record.body.len();
+        let size = record.size();
         let queued = self.stats.queued_bytes.fetch_add(size, Ordering::Relaxed);
         if queued + size > QUEUE_BYTES && queued > 0 {
             self.stats.queued_bytes.fetch_sub(size, Ordering::Relaxed);
@@ -285,7 +329,7 @@ struct Writer {
 
 impl Writer {
     fn write(&mut self, record: Record) {
-        self.stats.queued_bytes.fetch_sub(record.body.len(), Ordering::Relaxed);
+        self.stats.queued_bytes.fetch_sub(record.size(), Ordering::Relaxed);
         let number = self.kept.back().map_or(1, |(n, _)| n + 1);
         let bytes = file_bytes(&record);
         let path = self.dir.join(format!("{number:012}.json"));
@@ -337,9 +381,58 @@ fn file_bytes(record: &Record) -> Vec<u8> {
     out.pop();
     out.extend_from_slice(b",\"body\":");
     let body = trim_json(&record.body);
-    out.extend_from_slice(body);
+    match &record.decided_on {
+        None => out.extend_from_slice(body),
+        Some(on) => {
+            out.reserve(body.len() + on.bytes());
+            write_whole_body(body, on, &mut out);
+        }
+    }
     out.extend_from_slice(b"}\n");
     out
+}
+
+/// `body` with `servers` (replaced) and `tickets` (the body's own, then the claims) of
+/// `on`: the stateless request that decides as the inventory allocation did.
+fn write_whole_body(body: &[u8], on: &DecidedOn, out: &mut Vec<u8>) {
+    // The body was parsed as an object before it was decided on.
+    let members: indexmap::IndexMap<String, &RawValue> = serde_json::from_slice(body).unwrap_or_default();
+    out.extend_from_slice(b"{\"servers\":[");
+    for (i, server) in on.servers.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(server.get().as_bytes());
+    }
+    out.push(b']');
+    let key = |out: &mut Vec<u8>, name: &str| {
+        out.push(b',');
+        crate::engine::write_json_str(out, name);
+        out.push(b':');
+    };
+    for (name, value) in &members {
+        if name == "servers" || (name == "tickets" && !on.tickets.is_empty()) {
+            continue;
+        }
+        key(out, name);
+        out.extend_from_slice(value.get().as_bytes());
+    }
+    if !on.tickets.is_empty() {
+        let own: Vec<&RawValue> =
+            members.get("tickets").and_then(|t| serde_json::from_str(t.get()).ok()).unwrap_or_default();
+        key(out, "tickets");
+        out.push(b'[');
+        for (i, ticket) in
+            own.iter().map(|t| t.get().to_string()).chain(on.tickets.iter().map(|t| t.to_string())).enumerate()
+        {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(ticket.as_bytes());
+        }
+        out.push(b']');
+    }
+    out.push(b'}');
 }
 
 /// The body without surrounding white space (it was parsed, so it is one JSON value).
@@ -374,7 +467,36 @@ mod tests {
             status: 200,
             answer_digest: "00".into(),
             body: format!(" {{\"n\": {n}}}\n").into_bytes(),
+            decided_on: None,
         }
+    }
+
+    #[test]
+    fn an_inventory_record_holds_the_servers_and_claims_it_was_decided_on() {
+        let text: Arc<str> = Arc::from(r#"[{"uuid":"s1"},{"uuid":"s2"}]"#);
+        let on = DecidedOn {
+            servers: vec![
+                SharedText { text: text.clone(), range: 1..14 },
+                SharedText { text: text.clone(), range: 15..28 },
+            ],
+            tickets: vec![serde_json::json!({"id": "claimed"})],
+        };
+        let mut out = Vec::new();
+        write_whole_body(br#"{"servers":[],"vm":{"ram":1},"tickets":[{"id":"own"}]}"#, &on, &mut out);
+        let body: serde_json::Value = serde_json::from_slice(&out).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "servers": [{"uuid": "s1"}, {"uuid": "s2"}],
+                "vm": {"ram": 1},
+                "tickets": [{"id": "own"}, {"id": "claimed"}],
+            })
+        );
+        // Without claims, the body's members stay as they are.
+        let mut out = Vec::new();
+        let on = DecidedOn { tickets: Vec::new(), ..on };
+        write_whole_body(br#"{"servers":[],"tickets":[]}"#, &on, &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), r#"{"servers":[{"uuid":"s1"},{"uuid":"s2"}],"tickets":[]}"#);
     }
 
     fn writer(dir: &Path, max_count: u64, max_bytes: u64) -> Writer {

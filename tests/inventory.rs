@@ -237,6 +237,93 @@ async fn bodies_json_parse_reads_are_read_and_answered_as_in_a_stateless_request
     assert!(got.contains(r#""k\ud800":1e999"#), "stored as given: {got}");
 }
 
+/// The value of one sample line of `/metrics` (0 when absent).
+async fn metric(addr: std::net::SocketAddr, sample: &str) -> u64 {
+    let text = String::from_utf8(send(addr, "GET", "/metrics", &[], b"").await.body).expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `dapi replay DIR --json [--config FILE]`, its report.
+fn replay(dir: &Path, config: Option<&Path>) -> Value {
+    let mut command = common::dapi();
+    command.arg("replay").arg(dir).arg("--json");
+    if let Some(file) = config {
+        command.arg("--config").arg(file);
+    }
+    let out = command.output().expect("dapi runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inventory_allocations_are_recorded_whole_and_replay_unchanged() {
+    let Some(pg) = pg::start("inventory recording") else { return };
+    let url = pg.database("recording");
+    let records = pg.dir().join("records");
+    let a = replica(None, &url, &[("DAPI_RECORD__DIR", records.to_str().expect("utf-8"))]).await;
+    let servers: Vec<Value> = (0..3).map(|n| server(&uuid(1, n))).collect();
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    // One after the other until nothing fits: each decision counts the claims before it.
+    let mut sent: u64 = 0;
+    let mut placed = 0;
+    loop {
+        let path = if sent == 1 { "/allocate?steps=full" } else { "/allocate" };
+        let reply = post_json(a.addr, path, &big_vm(&uuid(9, sent as usize))).await;
+        sent += 1;
+        match reply.status {
+            200 => placed += 1,
+            409 => break,
+            s => panic!("unexpected {s}: {}", String::from_utf8_lossy(&reply.body)),
+        }
+        assert!(sent < 100, "the servers never fill");
+    }
+    assert!(placed >= 3, "{placed} placed");
+    let mut written = 0;
+    for _ in 0..200 {
+        written = metric(a.addr, "dapi_records_written_total").await;
+        if written >= sent {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(written, sent);
+
+    // Each record is a stateless request: the servers decided on, and the claims counted
+    // as tickets (the last one, a 409, counts every VM placed before it).
+    let files = dapi::record::record_files(&records).expect("records");
+    assert_eq!(files.len() as u64, sent);
+    let last: Value = serde_json::from_slice(&std::fs::read(&files[files.len() - 1].1).expect("read")).expect("JSON");
+    assert_eq!(last["status"], 409, "{}", last["decision"]);
+    assert_eq!(last["body"]["servers"].as_array().map(Vec::len), Some(3));
+    let tickets = last["body"]["tickets"].as_array().expect("tickets");
+    let claimed: Vec<&str> =
+        tickets.iter().filter_map(|t| t["id"].as_str()).filter(|id| id.starts_with("00000009")).collect();
+    assert_eq!(claimed.len(), placed, "{tickets:?}");
+    assert!(last["seed"].is_u64(), "{last}");
+
+    // Replayed with the same config, every decision and answer is the recorded one.
+    let same = replay(&records, None);
+    assert_eq!(same["replayed"], sent, "{same}");
+    assert_eq!(same["changed"], 0, "{same}");
+    assert_eq!(same["not_reproduced"], 0, "{same}");
+    assert_eq!(same["failed"], 0, "{same}");
+    // Without the claims the servers would not be full: the last decision would change.
+    let mut body = last["body"].clone();
+    body["tickets"] = json!([]);
+    let alone = records.join("alone");
+    std::fs::create_dir_all(alone.join("configs")).expect("dir");
+    let mut record = last.clone();
+    record["body"] = body;
+    std::fs::write(alone.join("000000000001.json"), record.to_string()).expect("write");
+    let config = format!("configs/{}.json", last["config"].as_str().expect("digest"));
+    std::fs::copy(records.join(&config), alone.join(&config)).expect("config");
+    let report = replay(&alone, None);
+    assert_eq!(report["changed"], 1, "{report}");
+}
+
 /// Fills servers with VMs through `replicas` from `clients` concurrent clients until every
 /// allocation answers 409; the 200s (VM → server).
 async fn fill(replicas: &[std::net::SocketAddr], clients: usize, prefix: u32) -> BTreeMap<String, String> {

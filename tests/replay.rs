@@ -213,6 +213,55 @@ async fn shadow_divergences_are_counted_when_the_shadow_config_differs() {
     assert!(divergences >= 1, "{divergences}");
 }
 
+/// Starts the service with `shadow` as its shadow config file, sends a batch of five VMs
+/// (`count`) and one of three (`vms`, one without a uuid), and returns (evaluations,
+/// divergences, VMs placed differently) once both are evaluated.
+async fn shadowed_batches(name: &str, shadow: &str) -> (u64, u64, u64) {
+    let dir = tmp(name);
+    let file = dir.join("shadow.json");
+    std::fs::write(&file, shadow).expect("write");
+    let s = start(&[("DAPI_SHADOW_CONFIG", file.to_str().expect("utf-8"))]).await;
+    let mut counted = example_request();
+    counted["count"] = json!(5);
+    counted["vm"]["ram"] = json!(8192);
+    assert_eq!(post_json(s.addr, "/allocate", &counted).await.status, 200);
+    let mut listed = example_request();
+    let vm = listed["vm"].clone();
+    let mut unnamed = vm.clone();
+    unnamed.as_object_mut().expect("object").remove("vm_uuid");
+    unnamed.as_object_mut().expect("object").remove("uuid");
+    let mut third = vm.clone();
+    third["vm_uuid"] = json!("5f4f6f35-3b3c-4b41-9a3c-3d3b8c0e0b03");
+    third["uuid"] = third["vm_uuid"].clone();
+    third["ram"] = json!(4096);
+    listed["vms"] = json!([vm, unnamed, third]);
+    listed.as_object_mut().expect("object").remove("vm");
+    let answer = post_json(s.addr, "/allocate", &listed).await;
+    assert_eq!(answer.status, 200, "{}", String::from_utf8_lossy(&answer.body));
+    let evaluations = wait_for(s.addr, "dapi_shadow_evaluations_total", 2).await;
+    let skipped = metric(s.addr, "dapi_shadow_skipped_total{reason=\"busy\"}").await
+        + metric(s.addr, "dapi_shadow_skipped_total{reason=\"budget\"}").await;
+    assert_eq!(evaluations + skipped, 2);
+    assert_eq!(metric(s.addr, "dapi_shadow_failures_total").await, 0);
+    let divergences = metric(s.addr, "dapi_shadow_divergences_total").await;
+    let vms = metric(s.addr, "dapi_shadow_batch_vm_divergences_total").await;
+    let _ = std::fs::remove_dir_all(&dir);
+    (evaluations, divergences, vms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_are_shadowed_vm_by_vm() {
+    // The same config places every VM of both batches as the answer did (the generated
+    // uuids included: the shadow places the same VMs).
+    assert_eq!(shadowed_batches("batch-same", "{}").await, (2, 0, 0));
+    // Least unreserved RAM preferred: VMs of the batches land elsewhere.
+    let (evaluations, divergences, vms) =
+        shadowed_batches("batch-flipped", r#"{"defaults": {"weight_unreserved_ram": -2}}"#).await;
+    assert_eq!(evaluations, 2);
+    assert!(divergences >= 1, "{divergences}");
+    assert!(vms >= divergences, "{vms} VMs in {divergences} batches");
+}
+
 #[test]
 fn a_bad_shadow_config_or_record_dir_stops_start_up_naming_it() {
     let dir = tmp("bad");

@@ -52,6 +52,14 @@ impl StepsFormat {
             _ => None,
         }
     }
+
+    /// The name [`StepsFormat::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepsFormat::Full => "full",
+            StepsFormat::Removed => "removed",
+        }
+    }
 }
 
 /// The step summary as `POST /allocate` answers it: `Received by DAPI` first, then one

@@ -118,32 +118,40 @@ pub(super) fn allocate_body<'a, T>(
     Ok((request, Some(allocation)))
 }
 
-/// Places a batch (`crate::batch`) and replies with its answer; with `digest`, returns what
-/// it decided and the digest of the answer (for a record).
+/// Places a batch (`crate::batch`) and replies with its answer; when `watched`, returns
+/// what it decided (for the shadow) and the digest of the answer (for a record).
 pub(super) fn reply_batch(
     engine: &Engine,
     app: &AppState,
     request: AllocateBody<'_>,
     format: Option<StepsFormat>,
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
-    digest: bool,
-) -> Option<(Verdict, String)> {
+    watched: bool,
+) -> Option<BatchDone> {
     let servers = request.servers.len();
     let options = crate::batch::BatchOptions { steps: format, count: None };
-    let mut answered = None;
+    let mut done = None;
     let result = crate::batch::allocate_batch(engine, &app.limits(), request, options).map(|answer| {
-        if digest {
-            answered = Some((answer.verdict(), crate::config::digest(&answer.body)));
-        }
         let summary = format!("batch: {} placed, {} not", answer.placed, answer.failed);
         let (status, outcome) = match answer.status {
             200 => (StatusCode::OK, Outcome::Allocated { servers, uuid: summary }),
             _ => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: summary }),
         };
+        if watched {
+            let digest = crate::config::digest(&answer.body);
+            done = Some(BatchDone { verdict: answer.verdict(), digest, vms: answer.vms });
+        }
         (status, AnswerBody::Whole(answer.body), outcome)
     });
     reply.send(result.map_err(ApiError::from));
-    answered
+    done
+}
+
+/// What a batch decided, kept for the shadow and the record once it is answered.
+pub(super) struct BatchDone {
+    pub verdict: Verdict,
+    pub digest: String,
+    pub vms: Vec<crate::batch::VmOutcome>,
 }
 
 /// The whole answer of an allocation on `servers` (each one's JSON in `raw_servers`):
@@ -356,9 +364,24 @@ pub async fn allocate(
             // Without `servers`: on the inventory, through the same answer writer.
             if let Some(body) = super::inventory::inventory_request(&received) {
                 let steps = batch_format.unwrap_or(StepsFormat::Removed);
-                let answer =
-                    super::inventory::allocate(&engine, &app2, inventory, &body, steps, explain, &handle, &mut reply);
-                return reply.send(answer);
+                let asked = watch.as_ref().map(|w| w.asked_as(steps, explain.as_ref()));
+                let (answer, answered) = super::inventory::allocate(
+                    &engine,
+                    &app2,
+                    inventory,
+                    &body,
+                    steps,
+                    explain,
+                    watch.as_ref().is_some_and(|w| w.recording()),
+                    &handle,
+                    &mut reply,
+                );
+                reply.send(answer);
+                // After the answer has left: the record, made whole by the recorder's writer.
+                if let (Some(w), Some(a), Some(asked)) = (&watch, answered, asked) {
+                    w.record_body(&app2, body, asked, (a.verdict, a.digest, a.seed), Some(a.decided_on));
+                }
+                return;
             }
         }
         let asked = watch.as_ref().map(|w| w.asked(explain.as_ref()));
@@ -374,7 +397,11 @@ pub async fn allocate(
             }
             Ok((request, None)) => {
                 let seed = request.seed;
-                reply_batch(&engine, &app2, request, batch_format, reply, watched).map(|(v, d)| (v, d, seed))
+                let done = reply_batch(&engine, &app2, request, batch_format, reply, watched);
+                if let (Some(w), Some(done)) = (&watch, &done) {
+                    w.shadow_batch(&app2, &received, seed, &done.vms);
+                }
+                done.map(|d| (d.verdict, d.digest, seed))
             }
             Err(e) => {
                 reply.send(Err(e));

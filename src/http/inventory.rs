@@ -15,13 +15,15 @@ use super::errors::ApiError;
 use super::handlers::{json_response, written_answer, AnswerBody};
 use super::intake::{Received, Reply};
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError};
+use crate::answer::{self, AnswerError, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
+use crate::inventory::cache::ticket_json;
 use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
-use crate::inventory::{AllocateError, Inventory};
+use crate::inventory::{AllocateError, Decided, Inventory};
 use crate::model::Server;
+use crate::record::DecidedOn;
 use crate::validate::validate_payload;
 use crate::wire::parse_allocate_body;
 
@@ -357,9 +359,19 @@ fn patched(body: &[u8]) -> Option<Vec<u8>> {
     Some(patched)
 }
 
+/// What a watched inventory allocation decided, and on what: for its record.
+pub(super) struct Answered {
+    pub verdict: Verdict,
+    pub digest: String,
+    pub seed: Option<u64>,
+    pub decided_on: DecidedOn,
+}
+
 /// `POST /allocate` without `servers` in inventory mode: the request read and validated as
 /// the stateless one is, decided on the inventory and answered by the same writer
 /// ([`written_answer`]) while the servers decided on are held; the chosen server claimed.
+/// When `watched` (recording), also what it decided and the servers and claims it was
+/// decided on (shared, not copied: the answer is not delayed).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn allocate<T>(
     engine: &Engine,
@@ -368,27 +380,63 @@ pub(super) fn allocate<T>(
     body: &[u8],
     steps: StepsFormat,
     explain: Option<ExplainOptions>,
+    watched: bool,
     handle: &tokio::runtime::Handle,
     reply: &mut Reply<T>,
-) -> Result<(StatusCode, AnswerBody, Outcome), ApiError> {
-    let mut request = parse_allocate_body(body).map_err(AnswerError::from)?;
-    validate_payload(&mut request).map_err(AnswerError::from)?;
-    let explain = explain.map(|o| answer::with_body_why_not(o, body)).transpose()?;
-    reply.computing();
-    if reply.abandoned() {
-        return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
-    }
-    let mut write = |raw: &[&str], servers: &[Server<'_>], allocation: &Allocation| {
-        app.metrics.record_steps(&allocation.steps);
-        written_answer(raw, servers, allocation, steps, explain.as_ref())
+) -> (Result<(StatusCode, AnswerBody, Outcome), ApiError>, Option<Answered>) {
+    let mut request = match parse_allocate_body(body).map_err(AnswerError::from) {
+        Ok(request) => request,
+        Err(e) => return (Err(e.into()), None),
     };
-    let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
-    let answered = inventory.allocate(engine, &request, explain.is_some(), handle, &mut write, &mut core);
-    answered.map_err(|e| match e {
-        AllocateError::Unavailable(m) => ApiError::Unavailable(m),
-        AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
-        AllocateError::Internal(m) => ApiError::Internal(m),
-    })?
+    if watched {
+        // A replay must draw the same random numbers as the answer did.
+        super::watch::fix_seed(&mut request, engine);
+    }
+    let mut answered = None;
+    let result = (|| {
+        let mut request = request;
+        validate_payload(&mut request).map_err(AnswerError::from)?;
+        let explain = explain.map(|o| answer::with_body_why_not(o, body)).transpose()?;
+        reply.computing();
+        if reply.abandoned() {
+            return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
+        }
+        let seed = request.seed;
+        let mut write = |d: &Decided<'_>| {
+            app.metrics.record_steps(&d.allocation.steps);
+            let answer = written_answer(d.raw, d.servers, d.allocation, steps, explain.as_ref());
+            if let (true, Ok((_, AnswerBody::Whole(out), _))) = (watched, &answer) {
+                answered = Some(Answered {
+                    verdict: verdict(d.servers, d.allocation),
+                    digest: crate::config::digest(out),
+                    seed,
+                    decided_on: DecidedOn {
+                        servers: d.shared_texts(),
+                        tickets: d.claims.unwrap_or_default().iter().map(ticket_json).collect(),
+                    },
+                });
+            }
+            answer
+        };
+        let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
+        let allocated = inventory.allocate(engine, &request, explain.is_some(), watched, handle, &mut write, &mut core);
+        allocated.map_err(|e| match e {
+            AllocateError::Unavailable(m) => ApiError::Unavailable(m),
+            AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
+            AllocateError::Internal(m) => ApiError::Internal(m),
+        })?
+    })();
+    // Recorded only when answered.
+    let answered = answered.filter(|_| result.is_ok());
+    (result, answered)
+}
+
+/// What an allocation on `servers` decided (as [`Verdict::of`] says of a request's).
+fn verdict(servers: &[Server<'_>], allocation: &Allocation) -> Verdict {
+    match allocation.chosen {
+        Some(id) => Verdict::Chosen { uuid: servers[id].reason_key() },
+        None => Verdict::NoFit { reason: answer::failure_reason(&allocation.steps) },
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde_json::value::RawValue;
@@ -19,6 +20,7 @@ use super::store::{ServerChange, ServerRecord, StoredClaim};
 use crate::engine::vm_index::VmIndex;
 use crate::engine::{Held, KeyTable, Lookups};
 use crate::model::{Server, Ticket};
+use crate::record::SharedText;
 use crate::wire::parse_capacity_body;
 
 /// One server parsed from its own text, which it borrows from.
@@ -26,15 +28,17 @@ pub struct ParsedServer {
     // Declared before `text`: they borrow from it and are dropped first.
     server: Server<'static>,
     raw: &'static str,
-    text: Box<str>,
+    /// Shared, so that a record of an allocation can keep the texts it was decided on
+    /// without copying them.
+    text: Arc<str>,
 }
 
 impl ParsedServer {
     /// Parses one server object (as it would be read inside a request's `servers`).
     pub fn new(object: &str) -> Result<ParsedServer, String> {
-        let text: Box<str> = format!("[{object}]").into_boxed_str();
-        // SAFETY: `server` and `raw` borrow from `text`, whose bytes never move (a boxed
-        // str's heap data stays put when the box moves) and are never changed; they are
+        let text: Arc<str> = Arc::from(format!("[{object}]"));
+        // SAFETY: `server` and `raw` borrow from `text`, whose bytes never move (an Arc's
+        // heap data stays put when the Arc moves) and are never changed; they are
         // dropped before it (field order), and handed out only while `self` is borrowed.
         let borrowed: &'static str = unsafe { &*(text.as_ref() as *const str) };
         let (mut raw, mut servers) = parse_capacity_body(borrowed.as_bytes()).map_err(|e| format!("{e:?}"))?;
@@ -71,7 +75,7 @@ pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
 }
 
 /// One server while the order is rebuilt: position, uuid, generation, parsed, raw, text.
-type Row = (i64, String, i64, Server<'static>, &'static str, Box<str>);
+type Row = (i64, String, i64, Server<'static>, &'static str, Arc<str>);
 
 /// The servers allocations run on, in inventory order.
 pub struct Model {
@@ -79,7 +83,7 @@ pub struct Model {
     servers: Vec<Server<'static>>,
     raw: Vec<&'static str>,
     lookups: Lookups,
-    texts: Vec<Box<str>>,
+    texts: Vec<Arc<str>>,
     uuids: Vec<String>,
     positions: Vec<i64>,
     /// Each server's generation; an own claim moves it without the write lock.
@@ -296,6 +300,20 @@ impl Model {
         let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
 
+    /// Each server's JSON (as [`Model::raw`] has it), shared: kept past the lock without
+    /// a copy.
+    pub fn shared_texts(&self) -> Vec<SharedText> {
+        self.texts
+            .iter()
+            .zip(&self.raw)
+            .map(|(text, raw)| {
+                // `raw` is a slice of `text`.
+                let start = (raw.as_ptr() as usize).saturating_sub(text.as_ptr() as usize);
+                SharedText { text: text.clone(), range: start..start + raw.len() }
+            })
+            .collect()
+    }
+
     /// Approximate bytes held: the servers' texts (the parsed model is about as big).
     pub fn text_bytes(&self) -> usize {
         self.texts.iter().map(|t| t.len()).sum()
@@ -336,6 +354,22 @@ fn ticket(vm_uuid: &str, server_uuid: &str, resources: &str) -> Ticket {
         "extra": extra,
     }))
     .unwrap_or_default()
+}
+
+/// A claim's ticket as a request would carry it in `tickets` (read back as it was made).
+pub fn ticket_json(ticket: &Ticket) -> serde_json::Value {
+    let fields = [
+        ("uuid", &ticket.uuid),
+        ("id", &ticket.id),
+        ("server_uuid", &ticket.server_uuid),
+        ("scope", &ticket.scope),
+        ("action", &ticket.action),
+        ("status", &ticket.status),
+        ("extra", &ticket.extra),
+    ];
+    serde_json::Value::Object(
+        fields.into_iter().filter(|(_, v)| !v.is_undefined()).map(|(k, v)| (k.to_string(), v.to_json())).collect(),
+    )
 }
 
 impl Claims {

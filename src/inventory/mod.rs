@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::config::InventoryConfig;
 use crate::engine::{Allocation, Engine};
 use crate::js::Js;
-use crate::model::{AllocateBody, FieldError, Server};
+use crate::model::{AllocateBody, FieldError, Server, Ticket};
 use cache::{Claim, Claims, Model};
 use store::{ClaimRequest, Store, StoreError};
 
@@ -72,9 +72,28 @@ pub struct Inventory {
     claimer: tokio::sync::mpsc::UnboundedSender<ClaimJob>,
 }
 
-/// Writes an allocation's answer from the servers (each one's JSON, then parsed) it was
-/// decided on.
-pub type WriteAnswer<'w, T> = dyn FnMut(&[&str], &[Server<'_>], &Allocation) -> T + 'w;
+/// Writes an allocation's answer from what it was decided on.
+pub type WriteAnswer<'w, T> = dyn FnMut(&Decided<'_>) -> T + 'w;
+
+/// What an allocation was decided on, held while its answer is written.
+pub struct Decided<'d> {
+    /// Each server's JSON.
+    pub raw: &'d [&'d str],
+    /// The same servers, parsed.
+    pub servers: &'d [Server<'d>],
+    pub allocation: &'d Allocation,
+    /// The claims the decision counted, as tickets (after the request's own), when they
+    /// were asked to be kept.
+    pub claims: Option<&'d [Ticket]>,
+    model: &'d Model,
+}
+
+impl Decided<'_> {
+    /// The servers' JSON (as `raw`), kept past the answer without being copied.
+    pub fn shared_texts(&self) -> Vec<crate::record::SharedText> {
+        self.model.shared_texts()
+    }
+}
 
 /// Why an inventory allocation was not answered.
 #[derive(Debug)]
@@ -286,12 +305,15 @@ impl Inventory {
     /// `write` make the answer from the servers decided on (while they are held), and
     /// claims the chosen server. Blocking: runs on the blocking pool; `handle` runs the
     /// wait for the claim's commit, during which the caller's core is given back
-    /// (`core(false)`; `core(true)` takes one again before deciding anew).
+    /// (`core(false)`; `core(true)` takes one again before deciding anew). With
+    /// `keep_claims`, `write` is given the claims counted (a record needs them).
+    #[allow(clippy::too_many_arguments)]
     pub fn allocate<T>(
         self: &Arc<Self>,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
+        keep_claims: bool,
         handle: &tokio::runtime::Handle,
         write: &mut WriteAnswer<'_, T>,
         core: &mut dyn FnMut(bool),
@@ -314,8 +336,13 @@ impl Inventory {
                 let mut claims = lock(&self.claims);
                 claims.prune(now);
                 let model = self.model();
+                let mut kept = None;
                 let allocation = {
                     let tickets = claims.tickets_for(&vm_uuid);
+                    if keep_claims {
+                        // A copy: the claims change (this one's) before the answer is written.
+                        kept = Some(tickets.to_vec());
+                    }
                     engine
                         .allocate_on(model.held(&tickets), request, explain)
                         .map_err(|e| AllocateError::Internal(e.to_string()))?
@@ -344,7 +371,14 @@ impl Inventory {
                     (server_uuid, committed)
                 });
                 drop(claims);
-                (write(model.raw(), model.servers(), &allocation), decided)
+                let decided_on = Decided {
+                    raw: model.raw(),
+                    servers: model.servers(),
+                    allocation: &allocation,
+                    claims: kept.as_deref(),
+                    model: &model,
+                };
+                (write(&decided_on), decided)
             };
             let Some((server_uuid, committed)) = decided else { return Ok(answer) };
             core(false);
