@@ -4,7 +4,8 @@
 //! (so an allocation here reads it exactly as a request's body would be read); its derived
 //! state (VM summaries, owner counts, the schema's verdict) is computed while parsing. The
 //! look-ups kept across allocations (VMs for affinity, reason keys) are updated for the
-//! changed server only; a server added, deleted or moved in the order rebuilds them once.
+//! changed server only; a server added after the others (the usual case) is appended to
+//! them; one added elsewhere, deleted or moved in the order rebuilds them once.
 //! Nothing is re-read per allocation: the engine runs on the held servers in place.
 //!
 //! Claims are kept apart ([`Claims`]): tickets handed to the engine as they are.
