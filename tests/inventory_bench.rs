@@ -183,7 +183,8 @@ async fn inventory_benchmark() {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let r = vm_request.replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
                 let t = Instant::now();
-                let reply = send(addr, "POST", "/allocate", &[("Content-Type", "application/json")], r.as_bytes()).await;
+                let reply =
+                    send(addr, "POST", "/allocate", &[("Content-Type", "application/json")], r.as_bytes()).await;
                 latencies.push(t.elapsed());
                 answer_bytes += reply.body.len();
                 *statuses.entry(reply.status).or_insert(0usize) += 1;
