@@ -214,23 +214,58 @@ impl Msg {
 
     /// The message as a JSON string, appended to `out`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_json_using(out, &mut String::new());
+    }
+
+    /// [`Msg::write_json`], rendering a score in `buf` (an answer writes thousands of
+    /// them: one buffer for all rather than a string each).
+    fn write_json_using(&self, out: &mut Vec<u8>, buf: &mut String) {
         match self {
             Msg::Text(s) => write_json_str(out, s),
             Msg::Static(s) => write_json_str(out, s),
             // Digits, signs and dots only: nothing to escape.
-            Msg::Score { .. } => {
+            Msg::Score { delta, total } => {
+                buf.clear();
+                buf.push_str("increased score by ");
+                push_fixed2(buf, *delta);
+                buf.push_str(" to ");
+                push_fixed2(buf, *total);
                 out.push(b'"');
-                out.extend_from_slice(self.render().as_bytes());
+                out.extend_from_slice(buf.as_bytes());
                 out.push(b'"');
             }
         }
     }
 }
 
+/// Whether `s` has a byte JSON escapes (a control character, `"` or `\\`) or 0xF4, which
+/// starts the stand-ins of lone surrogates (`js::json`). Eight bytes at a time: answers
+/// write every server's uuid many times over.
+fn needs_escaping(s: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([1; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // Whether some byte of `w` is zero / below `n` (n <= 0x80): exact as a yes or no.
+    let has_zero = |w: u64| w.wrapping_sub(ONES) & !w & HIGH != 0;
+    let has_below = |w: u64, n: u8| w.wrapping_sub(ONES * u64::from(n)) & !w & HIGH != 0;
+    let mut words = s.chunks_exact(8);
+    for word in &mut words {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(word);
+        let w = u64::from_ne_bytes(bytes);
+        if has_below(w, 0x20)
+            || has_zero(w ^ (ONES * u64::from(b'"')))
+            || has_zero(w ^ (ONES * u64::from(b'\\')))
+            || has_zero(w ^ (ONES * 0xF4))
+        {
+            return true;
+        }
+    }
+    words.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0xF4)
+}
+
 /// A JSON string literal for `s`, appended to `out` (serde_json's escaping).
 pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
-    // 0xF4 starts the stand-ins of lone surrogates, written as escapes (`js::json`).
-    let plain = s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0xF4);
+    let plain = !needs_escaping(s.as_bytes());
     if plain {
         out.reserve(s.len() + 2);
         out.push(b'"');
@@ -429,6 +464,7 @@ impl Reasons {
 
     /// The reasons as a JSON object, appended to `out`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        let mut buf = String::with_capacity(48);
         out.push(b'{');
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
@@ -436,7 +472,7 @@ impl Reasons {
             }
             write_json_str(out, self.key_of(e));
             out.push(b':');
-            e.msg.write_json(out);
+            e.msg.write_json_using(out, &mut buf);
         }
         out.push(b'}');
     }
@@ -480,6 +516,29 @@ mod tests {
         let servers: Vec<Server> =
             from_test_json(&serde_json::Value::Array(uuids.iter().map(|u| json!({ "uuid": u })).collect()));
         Arc::new(KeyTable::new(&servers))
+    }
+
+    #[test]
+    fn strings_are_escaped_wherever_the_odd_byte_is() {
+        let odd = ['"', '\\', '\n', '\u{1f}', '\u{0}', '\u{7f}', '\u{ff}', 'é', '\u{10ffff}', ' ', '!', '~'];
+        for len in 0..20 {
+            for at in 0..len.max(1) {
+                for &c in &odd {
+                    let mut s: String = "0123456789abcdefghij"[..len].to_string();
+                    if len > 0 {
+                        s.replace_range(at..at + 1, &c.to_string());
+                    }
+                    let mut out = Vec::new();
+                    write_json_str(&mut out, &s);
+                    // As one byte at a time decides.
+                    let plain = s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0xF4);
+                    assert_eq!(!needs_escaping(s.as_bytes()), plain, "{s:?}");
+                    let mut expected = Vec::new();
+                    crate::js::json::to_writer(&mut expected, &s).expect("json");
+                    assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "{s:?}");
+                }
+            }
+        }
     }
 
     #[test]

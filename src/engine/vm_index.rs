@@ -218,11 +218,17 @@ impl VmIndex {
     pub fn build(servers: &[Server]) -> VmIndex {
         let mut index = VmIndex { next_position: INSERTED, ..VmIndex::default() };
         for (server, s) in servers.iter().enumerate() {
-            for (position, (uuid, vm)) in s.inline_vms().enumerate() {
-                index.add(indexed(uuid, server, &s.uuid, vm), (server, position as u32));
-            }
+            index.append_server(server, s);
         }
         index
+    }
+
+    /// Indexes the inline VMs of `s`, server `server`, which comes after every server
+    /// indexed so far: the index is then as [`VmIndex::build`] would make it with `s` last.
+    pub fn append_server(&mut self, server: ServerId, s: &Server) {
+        for (position, (uuid, vm)) in s.inline_vms().enumerate() {
+            self.add(indexed(uuid, server, &s.uuid, vm), (server, position as u32));
+        }
     }
 
     /// Adds an entry at its place in request order.

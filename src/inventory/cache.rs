@@ -4,7 +4,8 @@
 //! (so an allocation here reads it exactly as a request's body would be read); its derived
 //! state (VM summaries, owner counts, the schema's verdict) is computed while parsing. The
 //! look-ups kept across allocations (VMs for affinity, reason keys) are updated for the
-//! changed server only; a server added, deleted or moved in the order rebuilds them once.
+//! changed server only; a server added after the others (the usual case) is appended to
+//! them; one added elsewhere, deleted or moved in the order rebuilds them once.
 //! Nothing is re-read per allocation: the engine runs on the held servers in place.
 //!
 //! Claims are kept apart ([`Claims`]): tickets handed to the engine as they are.
@@ -120,7 +121,9 @@ pub struct Applied {
     pub reparsed: usize,
     /// Servers whose generation alone moved (claims).
     pub bumped: usize,
-    /// Whether servers were added, deleted or reordered (look-ups rebuilt).
+    /// Servers added after every held one (appended; the look-ups take their VMs).
+    pub appended: usize,
+    /// Whether servers were added elsewhere, deleted or reordered (look-ups rebuilt).
     pub rebuilt: bool,
 }
 
@@ -233,9 +236,42 @@ impl Model {
             }
             return applied;
         }
+        let last = self.positions.last().copied().unwrap_or(i64::MIN);
+        if removed.is_empty() && !reorder && added.iter().all(|a| a.2 > last) {
+            // New servers at the end (the usual case): appended, their VMs indexed, the
+            // 150,000 others left as they are.
+            applied.appended = added.len();
+            self.append(added);
+            return applied;
+        }
         applied.rebuilt = true;
         self.rebuild(removed, added);
         applied
+    }
+
+    /// Servers placed after every held one: pushed in position order; the VM index takes
+    /// their VMs and the key table is made again (one uuid per server: cheap).
+    fn append(&mut self, mut added: Vec<(String, i64, i64, ParsedServer)>) {
+        added.sort_by_key(|a| a.2);
+        for (uuid, generation, position, parsed) in added {
+            let id = self.servers.len();
+            if let Some(index) = self.lookups.vm_index.get_mut() {
+                index.append_server(id, &parsed.server);
+            }
+            self.index.insert(uuid.clone(), id);
+            self.positions.push(position);
+            self.uuids.push(uuid);
+            self.generations.push(AtomicI64::new(generation));
+            self.servers.push(parsed.server);
+            self.raw.push(parsed.raw);
+            self.texts.push(parsed.text);
+        }
+        if self.lookups.vm_index.get().is_none() {
+            self.rebuild_lookups();
+            return;
+        }
+        self.lookups.keys = std::sync::OnceLock::new();
+        let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
 
     /// Replaces server `i` in place; the VM look-ups follow.
@@ -556,24 +592,39 @@ mod tests {
         let changes =
             vec![change("b", 2, 2, Some(server("b", &["v1"]))), change("a", 1, 1, Some(server("a", &["v2", "v3"])))];
         let applied = model.apply(prepare(changes).expect("parses"));
-        assert!(applied.rebuilt);
+        assert_eq!((applied.appended, applied.rebuilt), (2, false));
         assert_eq!((model.uuid(0), model.uuid(1)), ("a", "b"), "in position order");
         assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(3));
         let applied = model.apply(prepare(vec![change("b", 3, 2, Some(server("b", &["v4", "v5"])))]).expect("parses"));
-        assert_eq!(applied, Applied { reparsed: 1, bumped: 0, rebuilt: false });
+        assert_eq!(applied, Applied { reparsed: 1, bumped: 0, appended: 0, rebuilt: false });
         assert_eq!(model.servers()[1].inline_vm_count(), 2);
         let index = model.lookups.vm_index.get().expect("kept");
         assert_eq!(index.len(), 4, "v1 unlisted, v4 and v5 listed");
         assert!(index.get("v1", None).is_err());
         assert_eq!(index.get("v4", None).ok().map(|vm| vm.server), Some(1));
         let applied = model.apply(prepare(vec![change("a", 4, 1, None)]).expect("parses"));
-        assert_eq!(applied, Applied { reparsed: 0, bumped: 1, rebuilt: false });
+        assert_eq!(applied, Applied { reparsed: 0, bumped: 1, appended: 0, rebuilt: false });
         assert_eq!((model.generation_of(0), model.generation()), (4, 4));
         let bump = ServerChange { generation: 6, ..change("b", 0, 2, None) };
         assert_eq!(model.bump_only(&prepare(vec![bump]).expect("parses")).map(|a| a.bumped), Some(1));
         assert_eq!((model.generation_of(1), model.generation()), (6, 6));
         let moved = change("b", 7, 9, None);
         assert!(model.bump_only(&prepare(vec![moved]).expect("parses")).is_none(), "a move needs the write lock");
+        // Added after the others: appended, its VMs found, owners' lists in order.
+        let applied = model.apply(prepare(vec![change("c", 7, 10, Some(server("c", &["v6", "v1"])))]).expect("parses"));
+        assert_eq!((applied.appended, applied.rebuilt), (1, false));
+        assert_eq!(model.uuid(2), "c");
+        let index = model.lookups.vm_index.get().expect("kept");
+        assert_eq!(index.get("v6", None).ok().map(|vm| vm.server), Some(2));
+        let q = crate::engine::vm_index::ListQuery { owner: "o", active: false, predicate: None, fields: &["uuid"] };
+        let listed: Vec<String> = index.list(&q).iter().map(|v| v.get("uuid").to_js_string()).collect();
+        assert_eq!(listed, ["v2", "v3", "v4", "v5", "v6", "v1"], "as a build would list them");
+        assert_eq!(model.lookups.keys.get().map(|k| k.len()), Some(3));
+        let index = model.lookups.vm_index.get().map(|i| i.len());
+        let built = VmIndex::build(model.servers()).len();
+        assert_eq!(index, Some(built));
+        let deleted = ServerChange { deleted: true, ..change("c", 8, 10, None) };
+        assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
         let deleted = ServerChange { deleted: true, ..change("a", 8, 1, None) };
         assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
         assert_eq!((model.len(), model.uuid(0)), (1, "b"));
