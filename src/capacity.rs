@@ -652,7 +652,7 @@ pub fn packages_answer(
         .collect::<Result<Vec<_>, _>>()?;
     // The placement-independent part runs once per distinct template, not per package.
     // Its reasons for the servers left out are shared by those packages' answers.
-    let mut prepared: Vec<(String, Prepared<'_>, Arc<Map<String, Value>>)> = Vec::new();
+    let mut prepared: Vec<(String, Prepared<'_>, LeftOut)> = Vec::new();
     let keys: Arc<[String]> = servers.iter().map(Server::reason_key).collect();
     let heads = Arc::new(Heads::new(&keys));
     let mut answers = Vec::new();
@@ -663,7 +663,7 @@ pub fn packages_answer(
             Some(at) => at,
             None => {
                 let group = prepare(engine, servers, package, vm, &image);
-                let left_out = Arc::new(group.left_out.clone());
+                let left_out = LeftOut(Arc::new(group.left_out.clone()));
                 prepared.push((key, group, left_out));
                 prepared.len() - 1
             }
@@ -707,7 +707,7 @@ pub fn packages_answer(
             limiting,
             stranded: stranded.map(Some),
             servers: ServerSlots { keys: keys.clone(), heads: heads.clone(), counts },
-            left_out: LeftOut(left_out.clone()),
+            left_out: left_out.clone(),
             exact,
         });
     }
