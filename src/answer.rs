@@ -357,7 +357,7 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<Capacit
         // The last member, written straight from the counts.
         body.pop();
         body.extend_from_slice(b",\"packages\":");
-        crate::js::json::to_writer(&mut body, &packages).map_err(internal)?;
+        crate::capacity::write_packages(&mut body, &packages).map_err(internal)?;
         body.push(b'}');
     }
     Ok(CapacityAnswer { servers: servers.len(), body })

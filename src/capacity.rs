@@ -667,22 +667,27 @@ pub fn packages_answer(
         .map(|v| serde_json::from_value::<VmPayload>(v.clone()).map_err(|e| invalid("vm", e)))
         .collect::<Result<Vec<_>, _>>()?;
     // The placement-independent part runs once per distinct template, not per package.
-    let mut prepared: Vec<(String, Prepared<'_>)> = Vec::new();
+    // Its reasons for the servers left out are shared by those packages' answers.
+    let mut prepared: Vec<(String, Prepared<'_>, LeftOut)> = Vec::new();
     let keys: Arc<[String]> = servers.iter().map(Server::reason_key).collect();
+    let heads = Arc::new(Heads::new(&keys));
     let mut answers = Vec::new();
     for (i, (package, raw)) in query.packages.iter().enumerate() {
         let (vm_json, vm) = (&vm_jsons[i], &vms[i]);
         let key = template_key(vm_json, raw);
-        let at = match prepared.iter().position(|(k, _)| *k == key) {
+        let at = match prepared.iter().position(|(k, _, _)| *k == key) {
             Some(at) => at,
             None => {
-                prepared.push((key, prepare(engine, servers, package, vm, &image)));
+                let group = prepare(engine, servers, package, vm, &image);
+                let left_out = LeftOut(Arc::new(group.left_out.clone()));
+                prepared.push((key, group, left_out));
                 prepared.len() - 1
             }
         };
-        let group = &prepared[at].1;
+        let (_, group, left_out) = &prepared[at];
         let counts = count(engine, group, package, vm, &image);
-        let mut limiting = Map::new();
+        // Few distinct dimensions: counted in a list, in the order first seen (as the map keeps).
+        let mut limits: Vec<(&'static str, u64)> = Vec::new();
         let mut stranded = [0.0f64; 3];
         let (mut slots, mut with_room) = (0.0, 0usize);
         for (_, s) in &counts {
@@ -690,12 +695,15 @@ pub fn packages_answer(
             if s.slots > 0.0 {
                 with_room += 1;
             }
-            let count = limiting.entry(s.limiting).or_insert(json!(0));
-            *count = json!(count.as_u64().unwrap_or(0) + 1);
+            match limits.iter_mut().find(|(name, _)| *name == s.limiting) {
+                Some((_, n)) => *n += 1,
+                None => limits.push((s.limiting, 1)),
+            }
             for (t, v) in stranded.iter_mut().zip(s.stranded) {
                 *t += v.unwrap_or(0.0);
             }
         }
+        let limiting: Map<String, Value> = limits.into_iter().map(|(name, n)| (name.to_string(), json!(n))).collect();
         let exact = if query.exact {
             let exact_counts = exact(engine, raw_servers, vm_json, &query.image, raw)?;
             let per: Map<String, Value> = exact_counts
@@ -714,8 +722,8 @@ pub fn packages_answer(
             servers_with_room: with_room,
             limiting,
             stranded: stranded.map(Some),
-            servers: ServerSlots { keys: keys.clone(), counts },
-            left_out: group.left_out.clone(),
+            servers: ServerSlots { keys: keys.clone(), heads: heads.clone(), counts },
+            left_out: left_out.clone(),
             exact,
         });
     }
@@ -735,16 +743,161 @@ pub struct PackageSlots {
     #[serde(serialize_with = "stranded_out")]
     pub stranded: [Option<f64>; 3],
     pub servers: ServerSlots,
-    pub left_out: Map<String, Value>,
+    pub left_out: LeftOut,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exact: Option<Value>,
+}
+
+/// Why servers were left out, shared by the packages of one template.
+#[derive(Debug, Clone)]
+pub struct LeftOut(pub Arc<Map<String, Value>>);
+
+impl Serialize for LeftOut {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
+}
+
+/// The `packages` answer as JSON, appended to `out`: the bytes `js::json::to_writer` gives
+/// for it, with the per-server entries (tens of thousands for thousands of servers) written
+/// directly, without a serializer call or an allocation per entry.
+pub fn write_packages(out: &mut Vec<u8>, packages: &[PackageSlots]) -> serde_json::Result<()> {
+    use crate::js::json::to_writer;
+    let entries: usize = packages.iter().map(|p| p.servers.counts.len()).sum();
+    out.reserve(entries * 112 + packages.len() * 256);
+    out.push(b'[');
+    for (i, p) in packages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"package\":");
+        to_writer(&mut *out, &p.package)?;
+        out.extend_from_slice(b",\"slots\":");
+        write_num(out, p.slots);
+        out.extend_from_slice(b",\"servers_with_room\":");
+        write_uint(out, p.servers_with_room as u64);
+        out.extend_from_slice(b",\"limiting\":");
+        to_writer(&mut *out, &p.limiting)?;
+        out.extend_from_slice(b",\"stranded\":");
+        write_stranded(out, &p.stranded);
+        out.extend_from_slice(b",\"servers\":");
+        p.servers.write_json(out);
+        out.extend_from_slice(b",\"left_out\":");
+        to_writer(&mut *out, &*p.left_out.0)?;
+        if let Some(exact) = &p.exact {
+            out.extend_from_slice(b",\"exact\":");
+            to_writer(&mut *out, exact)?;
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    Ok(())
+}
+
+/// A number as `num_to_json` gives it, written.
+fn write_num(out: &mut Vec<u8>, n: f64) {
+    // The common case, a whole number, without making a `Value`.
+    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
+        if n < 0.0 {
+            out.push(b'-');
+        }
+        write_uint(out, n.abs() as u64);
+        return;
+    }
+    match num_to_json(n) {
+        Value::Number(x) => match (x.as_u64(), x.as_i64()) {
+            (Some(u), _) => write_uint(out, u),
+            (None, Some(i)) => {
+                out.push(b'-');
+                write_uint(out, i.unsigned_abs());
+            }
+            // A fraction: serde_json's float writer, as the serializer would use.
+            _ => {
+                let _ = serde_json::to_writer(&mut *out, &x);
+            }
+        },
+        _ => out.extend_from_slice(b"null"),
+    }
+}
+
+fn write_uint(out: &mut Vec<u8>, mut u: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// `{"ram", "cpu", "disk"}` as [`stranded_out`] writes it.
+fn write_stranded(out: &mut Vec<u8>, v: &[Option<f64>; 3]) {
+    for (name, x) in [&b"{\"ram\":"[..], b",\"cpu\":", b",\"disk\":"].iter().zip(v) {
+        out.extend_from_slice(name);
+        match x {
+            Some(x) => write_num(out, *x),
+            None => out.extend_from_slice(b"null"),
+        }
+    }
+    out.push(b'}');
+}
+
+/// Each server's entry opening, `"uuid":{"slots":`, made once per answer and copied into
+/// every package's part.
+#[derive(Debug)]
+struct Heads {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Heads {
+    fn new(keys: &[String]) -> Heads {
+        let mut bytes = Vec::with_capacity(keys.iter().map(|k| k.len() + 12).sum());
+        let mut ends = Vec::with_capacity(keys.len());
+        for key in keys {
+            crate::engine::write_json_str(&mut bytes, key);
+            bytes.extend_from_slice(b":{\"slots\":");
+            ends.push(bytes.len());
+        }
+        Heads { bytes, ends }
+    }
+
+    fn get(&self, id: ServerId) -> &[u8] {
+        let start = id.checked_sub(1).map_or(0, |i| self.ends[i]);
+        &self.bytes[start..self.ends[id]]
+    }
 }
 
 /// Per server: `{uuid: {"slots", "limiting", "stranded": {"ram", "cpu", "disk"}}}`.
 #[derive(Debug)]
 pub struct ServerSlots {
     keys: Arc<[String]>,
+    heads: Arc<Heads>,
     pub counts: Vec<(ServerId, Slots)>,
+}
+
+impl ServerSlots {
+    /// The entries as JSON (as serialized below), appended to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        for (i, (id, slots)) in self.counts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(self.heads.get(*id));
+            write_num(out, slots.slots);
+            out.extend_from_slice(b",\"limiting\":");
+            crate::engine::write_json_str(out, slots.limiting);
+            out.extend_from_slice(b",\"stranded\":");
+            write_stranded(out, &slots.stranded);
+            out.push(b'}');
+        }
+        out.push(b'}');
+    }
 }
 
 impl Serialize for ServerSlots {
@@ -859,4 +1012,37 @@ pub(crate) fn columns<const N: usize>(rows: &[[String; N]]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packages_are_written_as_the_serializer_writes_them() {
+        let keys: Arc<[String]> = ["a", "b\"c", "\u{10FFFF}d"].iter().map(|s| s.to_string()).collect();
+        let slot = |slots: f64, stranded: [Option<f64>; 3]| Slots { slots, limiting: "ram", stranded, short: None };
+        let counts = vec![
+            (0, slot(3.0, [Some(1.5), None, Some(f64::INFINITY)])),
+            (1, slot(f64::INFINITY, [Some(-2.0), Some(0.1 + 0.2), Some(1e300)])),
+            (2, slot(0.0, [Some(9.007_199_254_740_993e15), Some(-0.0), None])),
+        ];
+        let mut left = Map::new();
+        left.insert("x".into(), json!("reserved"));
+        let package = |exact| PackageSlots {
+            package: json!("p"),
+            slots: 12.25,
+            servers_with_room: 2,
+            limiting: Map::from_iter([("ram".to_string(), json!(2))]),
+            stranded: [Some(1.0), None, Some(2.5)],
+            servers: ServerSlots { keys: keys.clone(), heads: Arc::new(Heads::new(&keys)), counts: counts.clone() },
+            left_out: LeftOut(Arc::new(left.clone())),
+            exact,
+        };
+        let packages = [package(None), package(Some(json!({"slots": 3})))];
+        let mut written = Vec::new();
+        write_packages(&mut written, &packages).expect("writes");
+        let serialized = crate::js::json::to_vec(&packages[..]).expect("serializes");
+        assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&serialized));
+    }
 }

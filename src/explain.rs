@@ -5,7 +5,7 @@
 //! the reason given there) and the notes plugins took while explaining (shortfalls in
 //! numbers, the parts of each score). Nothing here changes the decision or the steps.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -41,7 +41,7 @@ const TOP: usize = 5;
 
 /// The `explain` object.
 #[derive(Debug, Serialize)]
-pub struct Explain {
+pub struct Explain<'a> {
     pub received: usize,
     pub removed: usize,
     pub remaining: usize,
@@ -52,9 +52,9 @@ pub struct Explain {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<Winner>,
     /// The best candidates (up to five), best first, with their score breakdown.
-    pub top: Vec<ServerExplain>,
+    pub top: Vec<ServerExplain<'a>>,
     /// Every server received, in request order, or those asked about (`why_not`).
-    pub servers: Vec<ServerExplain>,
+    pub servers: Vec<ServerExplain<'a>>,
 }
 
 /// Servers that one step removed.
@@ -89,15 +89,16 @@ pub struct Winner {
     pub runner_up: Option<String>,
 }
 
-/// One server's part.
+/// One server's part (borrowing what it can from the servers and the steps: thousands
+/// are made per explained answer).
 #[derive(Debug, Clone, Serialize)]
-pub struct ServerExplain {
-    pub server: String,
+pub struct ServerExplain<'a> {
+    pub server: Cow<'a, str>,
     /// `chosen`, `candidate` (survived every step, not chosen), `removed`, or
     /// `not_received` (asked about but not in the request).
     pub outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub left: Option<Left>,
+    pub left: Option<Left<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
@@ -111,11 +112,11 @@ pub struct ServerExplain {
 
 /// Where a server left the list.
 #[derive(Debug, Clone, Serialize)]
-pub struct Left {
+pub struct Left<'a> {
     pub step: &'static str,
     pub plugin: &'static str,
     /// The step's reason for this server (some filters give none).
-    pub reason: Option<String>,
+    pub reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shortfalls: Vec<ShortfallOut>,
 }
@@ -192,10 +193,17 @@ pub fn why_not_in_body(body: &[u8]) -> Result<Option<Vec<String>>, FieldError> {
 }
 
 /// The explanation of `allocation`, an allocation of `servers` run with notes.
-pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &ExplainOptions) -> Explain {
+pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, options: &ExplainOptions) -> Explain<'a> {
     let n = servers.len();
     let steps = &allocation.steps;
     let uuid = |id: ServerId| servers[id].reason_key();
+    // `String(server.uuid)`, borrowed when the uuid is a string (as validated ones are).
+    let key = |id: ServerId| -> Cow<'a, str> {
+        match servers[id].uuid.as_str() {
+            Some(text) => Cow::Borrowed(text),
+            None => Cow::Owned(servers[id].reason_key()),
+        }
+    };
 
     // The steps whose output led to the answer: back from the last step through the lists
     // each was given (steps of `or` branches given up on are not on it).
@@ -228,39 +236,37 @@ pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &Explai
     };
     let survivors: Vec<ServerId> = if path.is_empty() { (0..n).collect() } else { survivors.to_vec() };
 
-    // Notes by server: shortfalls of the step it left at, score parts of every step.
-    let mut shortfalls: HashMap<ServerId, Vec<ShortfallOut>> = HashMap::new();
-    let mut parts: HashMap<ServerId, Vec<(usize, f64, f64, f64)>> = HashMap::new();
-    let mut raws: HashMap<(usize, ServerId), &Value> = HashMap::new();
+    // Notes by server (vectors indexed by server position): shortfalls of the step it left
+    // at, score parts and raw values of every step. Only servers with notes allocate.
+    let mut shortfalls: Vec<Vec<ShortfallOut>> = vec![Vec::new(); n];
+    let mut parts: Vec<Vec<(usize, f64, f64, f64)>> = vec![Vec::new(); n];
+    let mut raws: Vec<Vec<(usize, &Value)>> = vec![Vec::new(); n];
     for note in &allocation.notes {
+        let Some(id) = (note.server < n).then_some(note.server) else { continue };
         match &note.kind {
-            NoteKind::Shortfall(s) if left[note.server] == Some(note.step) => {
-                shortfalls.entry(note.server).or_default().push((*s).into());
-            }
+            NoteKind::Shortfall(s) if left[id] == Some(note.step) => shortfalls[id].push((*s).into()),
             NoteKind::Shortfall(_) => {}
-            NoteKind::Score { raw, weight, contribution } => {
-                parts.entry(note.server).or_default().push((note.step, *raw, *weight, *contribution))
-            }
-            NoteKind::Raw(value) => {
-                raws.insert((note.step, note.server), value);
-            }
+            NoteKind::Score { raw, weight, contribution } => parts[id].push((note.step, *raw, *weight, *contribution)),
+            NoteKind::Raw(value) => raws[id].push((note.step, value)),
         }
     }
     let score_parts = |id: ServerId| -> Vec<ScorePart> {
-        parts
-            .get(&id)
-            .map(|list| {
-                list.iter()
-                    .map(|&(step, raw, weight, contribution)| ScorePart {
-                        plugin: steps[step].plugin,
-                        raw: raws.get(&(step, id)).map_or_else(|| num_to_json(raw), |v| (*v).clone()),
-                        normalised: if weight == 0.0 { 0.0 } else { contribution / weight.abs() },
-                        weight,
-                        contribution,
-                    })
-                    .collect()
+        parts[id]
+            .iter()
+            .map(|&(step, raw, weight, contribution)| ScorePart {
+                plugin: steps[step].plugin,
+                // The last raw value the step noted for the server, as a map keyed by
+                // (step, server) kept it.
+                raw: raws[id]
+                    .iter()
+                    .rev()
+                    .find(|(s, _)| *s == step)
+                    .map_or_else(|| num_to_json(raw), |(_, v)| (*v).clone()),
+                normalised: if weight == 0.0 { 0.0 } else { contribution / weight.abs() },
+                weight,
+                contribution,
             })
-            .unwrap_or_default()
+            .collect()
     };
 
     // Ranks: the chosen server first, then by score, ties to the later server in the
@@ -288,15 +294,15 @@ pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &Explai
         }
     });
 
-    let describe = |id: ServerId| -> ServerExplain {
-        let server = uuid(id);
+    let describe = |id: ServerId| -> ServerExplain<'a> {
+        let server = key(id);
         match left[id] {
             Some(k) => ServerExplain {
                 left: Some(Left {
                     step: steps[k].name,
                     plugin: steps[k].plugin,
-                    reason: steps[k].reasons.get(&server).map(str::to_string),
-                    shortfalls: shortfalls.get(&id).cloned().unwrap_or_default(),
+                    reason: steps[k].reasons.get(&server),
+                    shortfalls: shortfalls[id].clone(),
                 }),
                 server,
                 outcome: "removed",
@@ -320,15 +326,15 @@ pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &Explai
         }
     };
 
-    let top: Vec<ServerExplain> = ranked.iter().take(TOP).map(|&(_, id)| describe(id)).collect();
-    let listed: Vec<ServerExplain> = match &options.why_not {
+    let top: Vec<ServerExplain<'a>> = ranked.iter().take(TOP).map(|&(_, id)| describe(id)).collect();
+    let listed: Vec<ServerExplain<'a>> = match &options.why_not {
         None => (0..n).map(describe).collect(),
         Some(uuids) => uuids
             .iter()
             .map(|asked| {
                 let found = (0..n).find(|&id| servers[id].uuid.as_str() == Some(asked.as_str()));
                 found.map(describe).unwrap_or_else(|| ServerExplain {
-                    server: asked.clone(),
+                    server: Cow::Owned(asked.clone()),
                     outcome: "not_received",
                     left: None,
                     rank: None,
@@ -342,16 +348,16 @@ pub fn explain(servers: &[Server<'_>], allocation: &Allocation, options: &Explai
 
     // Causes: removed servers grouped by the step they left at.
     let mut causes: Vec<Cause> = Vec::new();
-    let mut cause_of_step: HashMap<usize, usize> = HashMap::new();
+    let mut cause_of_step: Vec<Option<usize>> = vec![None; steps.len()];
     for (id, &at) in left.iter().enumerate() {
         let Some(k) = at else { continue };
-        let c = *cause_of_step.entry(k).or_insert_with(|| {
+        let c = *cause_of_step[k].get_or_insert_with(|| {
             causes.push(Cause { step: steps[k].name, plugin: steps[k].plugin, count: 0, closest: None });
             causes.len() - 1
         });
         let cause = &mut causes[c];
         cause.count += 1;
-        if let Some(first) = shortfalls.get(&id).and_then(|s| s.first()) {
+        if let Some(first) = shortfalls[id].first() {
             let closer = cause.closest.as_ref().is_none_or(|c| first.missing < c.missing);
             if closer {
                 cause.closest = Some(Closest {

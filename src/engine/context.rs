@@ -5,8 +5,7 @@
 //! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
 //! instead, and plugins read the effective values through these accessors.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use rand::rngs::StdRng;
 
@@ -166,33 +165,23 @@ pub struct Note {
     pub kind: NoteKind,
 }
 
-/// Collects notes while an allocation is explained. Filters check servers on several
-/// cores at once, hence the lock; it is taken only when explaining.
+/// Collects notes while an allocation is explained, in the request's own working set: only
+/// whole-list code with the request borrowed mutably writes them (per-server filters hand
+/// their shortfalls back in their verdicts), so no lock is taken.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    step: AtomicUsize,
-    notes: Mutex<Vec<Note>>,
+    step: usize,
+    notes: Vec<Note>,
 }
 
 impl Recorder {
-    /// The engine says which step runs next.
-    pub fn begin_step(&self, step: usize) {
-        self.step.store(step, Ordering::Relaxed);
+    fn add(&mut self, server: ServerId, kind: NoteKind) {
+        self.notes.push(Note { step: self.step, server, kind });
     }
 
-    fn add(&self, server: ServerId, kind: NoteKind) {
-        let step = self.step.load(Ordering::Relaxed);
-        if let Ok(mut notes) = self.notes.lock() {
-            notes.push(Note { step, server, kind });
-        }
-    }
-
-    /// The notes, in the order they were written within each step.
+    /// The notes, in step order and in the order they were written within each step.
     pub fn into_notes(self) -> Vec<Note> {
-        let mut notes = self.notes.into_inner().unwrap_or_else(|e| e.into_inner());
-        // Parallel passes write out of order; a stable sort keeps each server's own order.
-        notes.sort_by_key(|n| n.step);
-        notes
+        self.notes
     }
 }
 
@@ -233,9 +222,11 @@ impl<'r> Request<'r> {
         self.recorder = Some(Recorder::default());
     }
 
-    /// The recorder, when explaining.
-    pub fn recorder(&self) -> Option<&Recorder> {
-        self.recorder.as_ref()
+    /// The engine says which step runs next (notes are tagged with it).
+    pub fn begin_note_step(&mut self, step: usize) {
+        if let Some(r) = &mut self.recorder {
+            r.step = step;
+        }
     }
 
     /// Whether notes are being taken (plugins skip work that only feeds notes).
@@ -244,24 +235,24 @@ impl<'r> Request<'r> {
     }
 
     /// Notes that server `id` falls short on a resource (explaining only).
-    pub fn note_shortfall(&self, id: ServerId, shortfall: Shortfall) {
-        if let Some(r) = &self.recorder {
+    pub fn note_shortfall(&mut self, id: ServerId, shortfall: Shortfall) {
+        if let Some(r) = &mut self.recorder {
             r.add(id, NoteKind::Shortfall(shortfall));
         }
     }
 
     /// Notes one score increment of server `id` (explaining only).
-    pub fn note_score(&self, id: ServerId, raw: f64, weight: f64, contribution: f64) {
-        if let Some(r) = &self.recorder {
+    pub fn note_score(&mut self, id: ServerId, raw: f64, weight: f64, contribution: f64) {
+        if let Some(r) = &mut self.recorder {
             r.add(id, NoteKind::Score { raw, weight, contribution });
         }
     }
 
-    /// Notes the value a scorer ordered server `id` by; `value` is made only when
-    /// explaining.
-    pub fn note_raw(&self, id: ServerId, value: impl FnOnce() -> serde_json::Value) {
-        if let Some(r) = &self.recorder {
-            r.add(id, NoteKind::Raw(value()));
+    /// Notes the value a scorer ordered server `id` by (explaining only: callers make the
+    /// value only when [`Request::explaining`]).
+    pub fn note_raw(&mut self, id: ServerId, value: serde_json::Value) {
+        if let Some(r) = &mut self.recorder {
+            r.add(id, NoteKind::Raw(value));
         }
     }
 

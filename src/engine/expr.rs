@@ -82,9 +82,7 @@ impl Expr {
         match self {
             Expr::Plugin(plugin) => {
                 let mut reasons = Reasons::default();
-                if let Some(recorder) = req.recorder() {
-                    recorder.begin_step(steps.len());
-                }
+                req.begin_note_step(steps.len());
                 let started = std::time::Instant::now();
                 let output = plugin.run(req, &input, &mut reasons)?;
                 if cfg!(debug_assertions) {

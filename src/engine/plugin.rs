@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use super::context::{Request, ServerId};
+use super::context::{Request, ServerId, Shortfall};
 use super::parallel::sift;
 use super::reasons::{Msg, Reasons};
 
@@ -153,12 +153,21 @@ pub enum Verdict {
     Remove,
     /// Removed, with the reason recorded under the server's key.
     RemoveBecause(Msg),
+    /// Removed with the reason, and what the server lacks in numbers (noted when
+    /// explaining: the engine, not the filter, writes the note, so parallel passes share
+    /// nothing mutable).
+    Short(Msg, Shortfall),
 }
 
 impl Verdict {
     /// Removed because of `why`.
     pub fn fail(why: impl Into<Msg>) -> Verdict {
         Verdict::RemoveBecause(why.into())
+    }
+
+    /// Removed because of `why`, short by `shortfall`.
+    pub fn short(why: impl Into<Msg>, shortfall: Shortfall) -> Verdict {
+        Verdict::Short(why.into(), shortfall)
     }
 
     /// [`Verdict::Keep`] when `keep` holds, else [`Verdict::Remove`].
@@ -203,7 +212,6 @@ impl<F: ServerFilter> Plugin for F {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let req = &*req;
         let prepared = match self.pre_filter(req)? {
             PreFilter::Run(prepared) => prepared,
             PreFilter::Skip(why) => {
@@ -212,23 +220,26 @@ impl<F: ServerFilter> Plugin for F {
             }
             PreFilter::PassAll => return Ok(servers.to_vec()),
         };
-        Ok(keep_passing(req, servers, reasons, F::PARALLEL, |id| self.filter(req, &prepared, id)))
+        Ok(keep_passing(req, servers, reasons, F::PARALLEL, |req, id| self.filter(req, &prepared, id)))
     }
 }
 
 /// The servers `check` keeps, in order; the reasons of the others recorded under their keys
-/// (in server order). `parallel`: split the servers over the cores when there are many.
+/// (in server order), and their shortfalls noted when explaining. `parallel`: split the
+/// servers over the cores when there are many.
 pub fn keep_passing(
-    req: &Request<'_>,
+    req: &mut Request<'_>,
     servers: &[ServerId],
     reasons: &mut Reasons,
     parallel: bool,
-    check: impl Fn(ServerId) -> Verdict + Sync,
+    check: impl Fn(&Request<'_>, ServerId) -> Verdict + Sync,
 ) -> Vec<ServerId> {
-    let check = |id| match check(id) {
+    let shared = &*req;
+    let check = |id| match check(shared, id) {
         Verdict::Keep => None,
-        Verdict::Remove => Some(None),
-        Verdict::RemoveBecause(why) => Some(Some(why)),
+        Verdict::Remove => Some((None, None)),
+        Verdict::RemoveBecause(why) => Some((Some(why), None)),
+        Verdict::Short(why, short) => Some((Some(why), Some(short))),
     };
     let (kept, removed) = if parallel {
         sift(servers, check)
@@ -243,7 +254,10 @@ pub fn keep_passing(
         }
         (kept, removed)
     };
-    for (id, why) in removed {
+    for (id, (why, short)) in removed {
+        if let Some(short) = short {
+            req.note_shortfall(id, short);
+        }
         if let Some(why) = why {
             reasons.set(req.key(id), why);
         }

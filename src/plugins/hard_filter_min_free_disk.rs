@@ -32,15 +32,12 @@ impl ServerFilter for HardFilterMinFreeDisk {
         if free >= required.num() {
             return Verdict::Keep;
         }
+        let why = format!("Server requires {}MB free disk, but only has {}MB", required.to_js_string(), fmt_num(free));
         if req.explaining() && required.num().is_finite() && free.is_finite() {
             let shortfall = Shortfall { resource: "free_disk", unit: "MiB", needed: required.num(), available: free };
-            req.note_shortfall(id, shortfall);
+            return Verdict::short(why, shortfall);
         }
-        Verdict::fail(format!(
-            "Server requires {}MB free disk, but only has {}MB",
-            required.to_js_string(),
-            fmt_num(free)
-        ))
+        Verdict::fail(why)
     }
 }
 

@@ -61,6 +61,8 @@ impl Plugin for HardFilterOverprovisionRatios {
             ("net", &pkg.overprovision_net),
         ];
         let mut kept = servers.to_vec();
+        // Noted once the passes are over (the passes borrow the request).
+        let mut shortfalls: Vec<(ServerId, Shortfall)> = Vec::new();
         // One pass per resource, each over the servers the previous ones kept.
         for (resource, pkg_ratio) in pairs {
             let wanted = canonical(pkg_ratio);
@@ -94,7 +96,7 @@ impl Plugin for HardFilterOverprovisionRatios {
                     let available = if ratio.truthy() { ratio.num() } else { 0.0 };
                     if needed.is_finite() && available.is_finite() {
                         let resource = ratio_resource(resource);
-                        req.note_shortfall(id, Shortfall { resource, unit: "ratio", needed, available });
+                        shortfalls.push((id, Shortfall { resource, unit: "ratio", needed, available }));
                     }
                 }
                 let msg =
@@ -102,6 +104,9 @@ impl Plugin for HardFilterOverprovisionRatios {
                 reasons.set(req.key(id), msg);
                 false
             });
+        }
+        for (id, shortfall) in shortfalls {
+            req.note_shortfall(id, shortfall);
         }
         Ok(kept)
     }

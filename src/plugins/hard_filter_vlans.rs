@@ -48,8 +48,7 @@ impl Plugin for HardFilterVlans {
             }
         }
         let keys = tag_keys(&groups);
-        let req = &*req;
-        Ok(keep_passing(req, servers, reasons, true, |id| match check_server(req, id, &groups, &keys) {
+        Ok(keep_passing(req, servers, reasons, true, |req, id| match check_server(req, id, &groups, &keys) {
             None => Verdict::Keep,
             Some(why) => Verdict::fail(why),
         }))

@@ -33,11 +33,14 @@ impl ServerFilter for HardFilterVmCount {
             return Verdict::Keep;
         }
         // One more VM is needed below the limit: `limit - count` slots are left (≤ 0).
-        req.note_shortfall(
-            id,
-            Shortfall { resource: "vms", unit: "VMs", needed: 1.0, available: limit - count as f64 },
-        );
-        Verdict::fail(format!("Server has {count} VMs (limit is {})", fmt_num(limit)))
+        let why = format!("Server has {count} VMs (limit is {})", fmt_num(limit));
+        if req.explaining() {
+            return Verdict::short(
+                why,
+                Shortfall { resource: "vms", unit: "VMs", needed: 1.0, available: limit - count as f64 },
+            );
+        }
+        Verdict::fail(why)
     }
 }
 

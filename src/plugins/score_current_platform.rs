@@ -59,7 +59,8 @@ impl Plugin for ScoreCurrentPlatform {
         let weight = req.defaults.weight_current_platform.num();
         if req.explaining() {
             for &id in servers {
-                req.note_raw(id, || req.server(id).current_platform.to_json());
+                let raw = req.server(id).current_platform.to_json();
+                req.note_raw(id, raw);
             }
         }
         normalize(req, &raws, weight, reasons)?;

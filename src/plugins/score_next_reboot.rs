@@ -48,7 +48,8 @@ impl Plugin for ScoreNextReboot {
         let mut buckets = buckets(req, servers);
         if req.explaining() {
             for &id in servers {
-                req.note_raw(id, || req.server(id).next_reboot.to_json());
+                let raw = req.server(id).next_reboot.to_json();
+                req.note_raw(id, raw);
             }
         }
         let weight = req.defaults.weight_next_reboot.num();

@@ -49,8 +49,10 @@ impl Plugin for ScoreNumOwnerZones {
             found.insert(req.key(id).to_string(), count);
         }
 
-        for &(id, count) in &counts {
-            req.note_raw(id, || count.into());
+        if req.explaining() {
+            for &(id, count) in &counts {
+                req.note_raw(id, count.into());
+            }
         }
         js_sort_by_scaled(&mut counts, |c| f64::from(c.1), weight);
         let order: Vec<ServerId> = counts.iter().map(|&(id, _)| id).collect();

@@ -61,7 +61,7 @@ pub(crate) fn score_by_unreserved(
     let mut order: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, read(id))).collect();
     if req.explaining() {
         for &(id, mib) in &order {
-            req.note_raw(id, || crate::js::num_to_json(mib));
+            req.note_raw(id, crate::js::num_to_json(mib));
         }
     }
     js_sort_by_scaled(&mut order, |a| a.1, weight);

@@ -90,14 +90,15 @@ impl Resource {
                 if js_ge(&spare, requested) {
                     return Verdict::Keep;
                 }
+                let why = message(&requested.to_js_string(), &spare.to_js_string());
                 if req.explaining() {
                     let (resource, unit) = self.explained();
                     let (needed, available) = (requested.num(), spare.num());
                     if needed.is_finite() && available.is_finite() {
-                        req.note_shortfall(id, Shortfall { resource, unit, needed, available });
+                        return Verdict::short(why, Shortfall { resource, unit, needed, available });
                     }
                 }
-                Verdict::fail(message(&requested.to_js_string(), &spare.to_js_string()))
+                Verdict::fail(why)
             }
         }
     }
