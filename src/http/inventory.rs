@@ -359,6 +359,9 @@ fn patched(body: &[u8]) -> Option<Vec<u8>> {
     Some(patched)
 }
 
+/// An allocation's answer (status, body, log outcome), or why there is none.
+type Written = Result<(StatusCode, AnswerBody, Outcome), ApiError>;
+
 /// What a watched inventory allocation decided, and on what: for its record.
 pub(super) struct Answered {
     pub verdict: Verdict,
@@ -383,7 +386,7 @@ pub(super) fn allocate<T>(
     watched: bool,
     handle: &tokio::runtime::Handle,
     reply: &mut Reply<T>,
-) -> (Result<(StatusCode, AnswerBody, Outcome), ApiError>, Option<Answered>) {
+) -> (Written, Option<Answered>) {
     let mut request = match parse_allocate_body(body).map_err(AnswerError::from) {
         Ok(request) => request,
         Err(e) => return (Err(e.into()), None),
