@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{post_json, send, Service};
+use common::{metric, post_json, replay, send, Service};
 use dapi::config::ServiceConfig;
 use dapi::http::AppState;
 use dapi::inventory::Inventory;
@@ -235,27 +235,6 @@ async fn bodies_json_parse_reads_are_read_and_answered_as_in_a_stateless_request
     let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
     let got = String::from_utf8_lossy(&got.body).to_string();
     assert!(got.contains(r#""k\ud800":1e999"#), "stored as given: {got}");
-}
-
-/// The value of one sample line of `/metrics` (0 when absent).
-async fn metric(addr: std::net::SocketAddr, sample: &str) -> u64 {
-    let text = String::from_utf8(send(addr, "GET", "/metrics", &[], b"").await.body).expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// `dapi replay DIR --json [--config FILE]`, its report.
-fn replay(dir: &Path, config: Option<&Path>) -> Value {
-    let mut command = common::dapi();
-    command.arg("replay").arg(dir).arg("--json");
-    if let Some(file) = config {
-        command.arg("--config").arg(file);
-    }
-    let out = command.output().expect("dapi runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

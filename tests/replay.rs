@@ -5,10 +5,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use common::{dapi, example_request, post_json, send, start, start_with};
+use common::{dapi, example_request, metric, post_json, replay, start, start_with};
 use serde_json::{json, Value};
 
 /// A fresh directory under the system's temporary one.
@@ -17,27 +17,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("tmp dir");
     dir
-}
-
-/// `dapi replay DIR --json [--config FILE]`, its report.
-fn replay(dir: &Path, config: Option<&Path>) -> Value {
-    let mut command = dapi();
-    command.arg("replay").arg(dir).arg("--json");
-    if let Some(file) = config {
-        command.arg("--config").arg(file);
-    }
-    let out = command.output().expect("dapi runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("JSON report")
-}
-
-/// The value of one sample line of `/metrics` (0 when absent).
-async fn metric(addr: SocketAddr, sample: &str) -> u64 {
-    let text = String::from_utf8(send(addr, "GET", "/metrics", &[], b"").await.body).expect("text");
-    text.lines()
-        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// Waits (up to 10 s) until a counter reaches `at_least`, and returns it.
@@ -159,12 +138,14 @@ async fn a_recorded_directory_replays_unchanged_with_its_config_and_changed_with
 async fn record_bounds_drop_the_oldest() {
     let dir = tmp("bounds");
     let s = start(&[("DAPI_RECORD__DIR", dir.to_str().expect("utf-8")), ("DAPI_RECORD__MAX_COUNT", "3")]).await;
-    for ram in [512, 1024, 2048, 4096, 8192] {
+    for (i, ram) in [512, 1024, 2048, 4096, 8192].into_iter().enumerate() {
         let mut req = example_request();
         req["vm"]["ram"] = json!(ram);
         assert_eq!(post_json(s.addr, "/allocate", &req).await.status, 200);
+        // A record is offered after its answer has left, so the next request could be
+        // recorded first: wait for each, so that the oldest is known.
+        assert_eq!(wait_for(s.addr, "dapi_records_written_total", i as u64 + 1).await, i as u64 + 1);
     }
-    assert_eq!(wait_for(s.addr, "dapi_records_written_total", 5).await, 5);
     assert_eq!(metric(s.addr, "dapi_records_removed_total").await, 2);
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("dir")

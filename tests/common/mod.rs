@@ -188,3 +188,24 @@ pub fn recorded_cases() -> Vec<serde_json::Value> {
     assert!(paths.len() >= 40, "the vendored subset has at least 40 cases");
     paths.iter().map(|p| serde_json::from_str(&std::fs::read_to_string(p).expect("readable")).expect("JSON")).collect()
 }
+
+/// `dapi replay DIR --json [--config FILE]`, its report.
+pub fn replay(dir: &Path, config: Option<&Path>) -> serde_json::Value {
+    let mut command = dapi();
+    command.arg("replay").arg(dir).arg("--json");
+    if let Some(file) = config {
+        command.arg("--config").arg(file);
+    }
+    let out = command.output().expect("dapi runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+/// The value of one sample line of `/metrics` (0 when absent).
+pub async fn metric(addr: SocketAddr, sample: &str) -> u64 {
+    let text = String::from_utf8(send(addr, "GET", "/metrics", &[], b"").await.body).expect("text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -36,9 +36,10 @@ pub fn bindir() -> Option<PathBuf> {
 /// is not installed: any other failure panics).
 pub fn start(test: &str) -> Option<Postgres> {
     let Some(bin) = bindir() else {
-        // CI sets this: there a missing PostgreSQL is a failure, not a skip.
-        if std::env::var_os("DAPI_TEST_REQUIRE_POSTGRES").is_some() {
-            panic!("{test}: PostgreSQL is required (DAPI_TEST_REQUIRE_POSTGRES) but initdb was not found");
+        // CI sets this (not a DAPI_ variable: dapi refuses unknown ones): there a missing
+        // PostgreSQL is a failure, not a skip.
+        if std::env::var_os("REQUIRE_POSTGRES_TESTS").is_some() {
+            panic!("{test}: PostgreSQL is required (REQUIRE_POSTGRES_TESTS) but initdb was not found");
         }
         println!("SKIPPED {test}: PostgreSQL is not installed (no initdb; apt-get install -y postgresql)");
         eprintln!("SKIPPED {test}: PostgreSQL is not installed (no initdb; apt-get install -y postgresql)");
