@@ -5,23 +5,43 @@
 //! and its plain reader agree.
 #![no_main]
 
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Mutex, OnceLock};
+
 use dapi::model::Server;
 use dapi::wire::{
     parse_allocate_body, parse_arriving_allocate_body, parse_capacity_plain, parse_capacity_request, Arriving,
+    ArrivingWriter,
 };
 use libfuzzer_sys::fuzz_target;
 
-fn arriving(body: &[u8], piece: usize) -> String {
-    let (arriving, mut writer) = Arriving::new(body.len());
-    std::thread::scope(|scope| {
-        scope.spawn(move || {
-            for chunk in body.chunks(piece.max(1)) {
-                writer.push(chunk);
+/// A body to write into an arriving one, in pieces of a size.
+type Job = (ArrivingWriter, Vec<u8>, usize);
+
+/// The one writer thread, kept for the whole run: a thread spawned per input made
+/// LeakSanitizer report std's own bookkeeping of exited threads (a false positive that
+/// stopped the fuzzer).
+fn writer() -> &'static Mutex<Sender<Job>> {
+    static WRITER: OnceLock<Mutex<Sender<Job>>> = OnceLock::new();
+    WRITER.get_or_init(|| {
+        let (jobs, received) = channel::<Job>();
+        std::thread::spawn(move || {
+            for (mut writer, body, piece) in received {
+                for chunk in body.chunks(piece.max(1)) {
+                    writer.push(chunk);
+                }
+                writer.finish();
             }
-            writer.finish();
         });
-        format!("{:?}", parse_arriving_allocate_body(&arriving))
+        Mutex::new(jobs)
     })
+}
+
+fn arriving(body: &[u8], piece: usize) -> String {
+    let (arriving, writer_end) = Arriving::new(body.len());
+    let sent = writer().lock().map(|jobs| jobs.send((writer_end, body.to_vec(), piece)).is_ok());
+    assert!(matches!(sent, Ok(true)), "the writer thread runs");
+    format!("{:?}", parse_arriving_allocate_body(&arriving))
 }
 
 /// A `/capacity` reader's result as Debug text, the cached schema verdicts worked out.
