@@ -10,6 +10,8 @@
 //!   [`vms`]): walk the bytes once, read ordinary servers and VMs (strings without escapes,
 //!   small whole numbers, known fields) straight into their compact forms borrowing from the
 //!   body, and give up on anything unusual; the plain reader then reads that value again.
+//!   `/capacity` bodies take the same walk; anything it does not take is read by the plain
+//!   reader ([`parse_capacity_plain`]), which words the error.
 //! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more is parsed while the
 //!   client is still sending it; each server is read as soon as its bytes are in. Anything
 //!   unusual (`servers` not first, a bad server, bad JSON) waits for the whole body and reads
