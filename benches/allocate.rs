@@ -458,7 +458,10 @@ fn explain_and_capacity(body: &[u8], request: &dapi::model::AllocateBody<'_>, en
     let explained = time(&mut || {
         let a = engine.allocate_noting(request, true).expect("allocation runs");
         let e = dapi::explain::explain(&request.servers, &a, &options);
-        explain_bytes = serde_json::to_vec(&e).map_or(0, |b| b.len());
+        // As the answers write it.
+        let mut bytes = Vec::new();
+        e.write_json(&mut bytes).expect("explain is written");
+        explain_bytes = bytes.len();
     });
     let answer_bytes =
         engine.allocate(request).expect("runs").answer_json(request, StepsFormat::Full).map_or(0, |b| b.len());

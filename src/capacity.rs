@@ -26,7 +26,7 @@ use serde_json::{json, Map, Value};
 use crate::answer::AnswerError;
 use crate::engine::context::PackageState;
 use crate::engine::{Datacenter, Engine, Expr, Request, ServerId, Shortfall, Unreserved, VmRequest};
-use crate::js::{num_to_json, Js};
+use crate::js::{num_to_json, write_num_json, write_uint_json, Js};
 use crate::model::{Image, Package, Server, VmPayload};
 use crate::plugins::shared::unreserved::{is_hvm_brand, ratio_or_one, MIB, POOL_USABLE_RATIO};
 use crate::validate::FieldError;
@@ -773,9 +773,9 @@ pub fn write_packages(out: &mut Vec<u8>, packages: &[PackageSlots]) -> serde_jso
         out.extend_from_slice(b"{\"package\":");
         to_writer(&mut *out, &p.package)?;
         out.extend_from_slice(b",\"slots\":");
-        write_num(out, p.slots);
+        write_num_json(out, p.slots);
         out.extend_from_slice(b",\"servers_with_room\":");
-        write_uint(out, p.servers_with_room as u64);
+        write_uint_json(out, p.servers_with_room as u64);
         out.extend_from_slice(b",\"limiting\":");
         to_writer(&mut *out, &p.limiting)?;
         out.extend_from_slice(b",\"stranded\":");
@@ -794,52 +794,12 @@ pub fn write_packages(out: &mut Vec<u8>, packages: &[PackageSlots]) -> serde_jso
     Ok(())
 }
 
-/// A number as `num_to_json` gives it, written.
-fn write_num(out: &mut Vec<u8>, n: f64) {
-    // The common case, a whole number, without making a `Value`.
-    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
-        if n < 0.0 {
-            out.push(b'-');
-        }
-        write_uint(out, n.abs() as u64);
-        return;
-    }
-    match num_to_json(n) {
-        Value::Number(x) => match (x.as_u64(), x.as_i64()) {
-            (Some(u), _) => write_uint(out, u),
-            (None, Some(i)) => {
-                out.push(b'-');
-                write_uint(out, i.unsigned_abs());
-            }
-            // A fraction: serde_json's float writer, as the serializer would use.
-            _ => {
-                let _ = serde_json::to_writer(&mut *out, &x);
-            }
-        },
-        _ => out.extend_from_slice(b"null"),
-    }
-}
-
-fn write_uint(out: &mut Vec<u8>, mut u: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (u % 10) as u8;
-        u /= 10;
-        if u == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
-}
-
 /// `{"ram", "cpu", "disk"}` as [`stranded_out`] writes it.
 fn write_stranded(out: &mut Vec<u8>, v: &[Option<f64>; 3]) {
     for (name, x) in [&b"{\"ram\":"[..], b",\"cpu\":", b",\"disk\":"].iter().zip(v) {
         out.extend_from_slice(name);
         match x {
-            Some(x) => write_num(out, *x),
+            Some(x) => write_num_json(out, *x),
             None => out.extend_from_slice(b"null"),
         }
     }
@@ -889,7 +849,7 @@ impl ServerSlots {
                 out.push(b',');
             }
             out.extend_from_slice(self.heads.get(*id));
-            write_num(out, slots.slots);
+            write_num_json(out, slots.slots);
             out.extend_from_slice(b",\"limiting\":");
             crate::engine::write_json_str(out, slots.limiting);
             out.extend_from_slice(b",\"stranded\":");

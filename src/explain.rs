@@ -11,8 +11,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::engine::write_json_str;
 use crate::engine::{Allocation, NoteKind, ServerId, Shortfall};
-use crate::js::{fmt_num, num_to_json};
+use crate::js::{fmt_num, num_to_json, write_num_json, write_uint_json};
 use crate::model::Server;
 use crate::validate::FieldError;
 
@@ -39,8 +40,10 @@ impl ExplainOptions {
 /// How many of the best candidates are always shown with their score breakdown.
 const TOP: usize = 5;
 
-/// The `explain` object.
-#[derive(Debug, Serialize)]
+/// The `explain` object. The per-server parts (`top`, `servers`) are made from `facts` when
+/// read or written: at thousands of servers, building them all first would cost about as
+/// much as writing them.
+#[derive(Debug)]
 pub struct Explain<'a> {
     pub received: usize,
     pub removed: usize,
@@ -49,12 +52,30 @@ pub struct Explain<'a> {
     pub summary: String,
     /// The removed servers grouped by the step that removed them, most first.
     pub causes: Vec<Cause>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub winner: Option<Winner>,
-    /// The best candidates (up to five), best first, with their score breakdown.
-    pub top: Vec<ServerExplain<'a>>,
-    /// Every server received, in request order, or those asked about (`why_not`).
-    pub servers: Vec<ServerExplain<'a>>,
+    facts: Facts<'a>,
+    /// The best candidates (up to five), best first.
+    top: Vec<ServerId>,
+    /// Every server received, in request order (`None`), or those asked about (`why_not`):
+    /// a uuid not received stays as asked.
+    asked: Option<Vec<Result<ServerId, String>>>,
+}
+
+/// What the allocation says of each server, by server position.
+#[derive(Debug)]
+struct Facts<'a> {
+    servers: &'a [Server<'a>],
+    allocation: &'a Allocation,
+    /// The step each removed server left at.
+    left: Vec<Option<usize>>,
+    rank: Vec<Option<usize>>,
+    /// Shortfalls noted by the step the server left at.
+    shortfalls: Vec<Vec<ShortfallOut>>,
+    /// Score notes: (step, raw, weight, contribution).
+    parts: Vec<Vec<(usize, f64, f64, f64)>>,
+    /// Raw values noted by scorers, by step.
+    raws: Vec<Vec<(usize, &'a Value)>>,
+    winner_margin: Option<f64>,
 }
 
 /// Servers that one step removed.
@@ -104,7 +125,7 @@ pub struct ServerExplain<'a> {
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
     pub score: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub scores: Vec<ScorePart>,
+    pub scores: Vec<ScorePart<'a>>,
     /// For the winner: its score over the runner-up's.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "js_num_opt")]
     pub margin: Option<f64>,
@@ -117,8 +138,8 @@ pub struct Left<'a> {
     pub plugin: &'static str,
     /// The step's reason for this server (some filters give none).
     pub reason: Option<&'a str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shortfalls: Vec<ShortfallOut>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    pub shortfalls: &'a [ShortfallOut],
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -147,11 +168,11 @@ impl From<Shortfall> for ShortfallOut {
 
 /// One scorer's part of a score.
 #[derive(Debug, Clone, Serialize)]
-pub struct ScorePart {
+pub struct ScorePart<'a> {
     pub plugin: &'static str,
     /// The value the scorer placed the server by: unreserved MiB, owner zones, a date, a
     /// platform stamp, or the server's position in the scorer's order.
-    pub raw: Value,
+    pub raw: Raw<'a>,
     /// The contribution over the weight, in [0, 1] (−1 or 1 when every server tied).
     #[serde(serialize_with = "js_num")]
     pub normalised: f64,
@@ -159,6 +180,42 @@ pub struct ScorePart {
     pub weight: f64,
     #[serde(serialize_with = "js_num")]
     pub contribution: f64,
+}
+
+/// A scorer's raw value: the one it noted, or the number it scored by.
+#[derive(Debug, Clone, Copy)]
+pub enum Raw<'a> {
+    Noted(&'a Value),
+    Number(f64),
+}
+
+impl Raw<'_> {
+    /// The value as the report shows it: text unquoted.
+    pub fn to_text(&self) -> String {
+        match self {
+            Raw::Noted(Value::String(text)) => text.clone(),
+            Raw::Noted(other) => other.to_string(),
+            Raw::Number(n) => num_to_json(*n).to_string(),
+        }
+    }
+
+    fn write_json(&self, out: &mut Vec<u8>) {
+        match self {
+            Raw::Noted(value) => {
+                let _ = crate::js::json::to_writer(&mut *out, value);
+            }
+            Raw::Number(n) => write_num_json(out, *n),
+        }
+    }
+}
+
+impl Serialize for Raw<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Raw::Noted(value) => value.serialize(s),
+            Raw::Number(n) => num_to_json(*n).serialize(s),
+        }
+    }
 }
 
 fn js_num<S: serde::Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
@@ -193,17 +250,10 @@ pub fn why_not_in_body(body: &[u8]) -> Result<Option<Vec<String>>, FieldError> {
 }
 
 /// The explanation of `allocation`, an allocation of `servers` run with notes.
-pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, options: &ExplainOptions) -> Explain<'a> {
+pub fn explain<'a>(servers: &'a [Server<'a>], allocation: &'a Allocation, options: &ExplainOptions) -> Explain<'a> {
     let n = servers.len();
     let steps = &allocation.steps;
     let uuid = |id: ServerId| servers[id].reason_key();
-    // `String(server.uuid)`, borrowed when the uuid is a string (as validated ones are).
-    let key = |id: ServerId| -> Cow<'a, str> {
-        match servers[id].uuid.as_str() {
-            Some(text) => Cow::Borrowed(text),
-            None => Cow::Owned(servers[id].reason_key()),
-        }
-    };
 
     // The steps whose output led to the answer: back from the last step through the lists
     // each was given (steps of `or` branches given up on are not on it).
@@ -230,11 +280,10 @@ pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, option
             }
         }
     }
-    let survivors: &[ServerId] = match path.last() {
-        Some(&k) => &steps[k].remaining,
-        None => &[],
+    let survivors: Vec<ServerId> = match path.last() {
+        Some(&k) => steps[k].remaining.clone(),
+        None => (0..n).collect(),
     };
-    let survivors: Vec<ServerId> = if path.is_empty() { (0..n).collect() } else { survivors.to_vec() };
 
     // Notes by server (vectors indexed by server position): shortfalls of the step it left
     // at, score parts and raw values of every step. Only servers with notes allocate.
@@ -250,24 +299,6 @@ pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, option
             NoteKind::Raw(value) => raws[id].push((note.step, value)),
         }
     }
-    let score_parts = |id: ServerId| -> Vec<ScorePart> {
-        parts[id]
-            .iter()
-            .map(|&(step, raw, weight, contribution)| ScorePart {
-                plugin: steps[step].plugin,
-                // The last raw value the step noted for the server, as a map keyed by
-                // (step, server) kept it.
-                raw: raws[id]
-                    .iter()
-                    .rev()
-                    .find(|(s, _)| *s == step)
-                    .map_or_else(|| num_to_json(raw), |(_, v)| (*v).clone()),
-                normalised: if weight == 0.0 { 0.0 } else { contribution / weight.abs() },
-                weight,
-                contribution,
-            })
-            .collect()
-    };
 
     // Ranks: the chosen server first, then by score, ties to the later server in the
     // final list (as selection breaks them).
@@ -293,58 +324,6 @@ pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, option
             runner_up: runner_up.map(uuid),
         }
     });
-
-    let describe = |id: ServerId| -> ServerExplain<'a> {
-        let server = key(id);
-        match left[id] {
-            Some(k) => ServerExplain {
-                left: Some(Left {
-                    step: steps[k].name,
-                    plugin: steps[k].plugin,
-                    reason: steps[k].reasons.get(&server),
-                    shortfalls: shortfalls[id].clone(),
-                }),
-                server,
-                outcome: "removed",
-                rank: None,
-                score: None,
-                scores: Vec::new(),
-                margin: None,
-            },
-            None => {
-                let chosen = Some(id) == allocation.chosen;
-                ServerExplain {
-                    server,
-                    outcome: if chosen { "chosen" } else { "candidate" },
-                    left: None,
-                    rank: rank[id],
-                    score: Some(allocation.state[id].score),
-                    scores: score_parts(id),
-                    margin: if chosen { winner.as_ref().and_then(|w| w.margin) } else { None },
-                }
-            }
-        }
-    };
-
-    let top: Vec<ServerExplain<'a>> = ranked.iter().take(TOP).map(|&(_, id)| describe(id)).collect();
-    let listed: Vec<ServerExplain<'a>> = match &options.why_not {
-        None => (0..n).map(describe).collect(),
-        Some(uuids) => uuids
-            .iter()
-            .map(|asked| {
-                let found = (0..n).find(|&id| servers[id].uuid.as_str() == Some(asked.as_str()));
-                found.map(describe).unwrap_or_else(|| ServerExplain {
-                    server: Cow::Owned(asked.clone()),
-                    outcome: "not_received",
-                    left: None,
-                    rank: None,
-                    score: None,
-                    scores: Vec::new(),
-                    margin: None,
-                })
-            })
-            .collect(),
-    };
 
     // Causes: removed servers grouped by the step they left at.
     let mut causes: Vec<Cause> = Vec::new();
@@ -372,7 +351,268 @@ pub fn explain<'a>(servers: &'a [Server<'_>], allocation: &'a Allocation, option
     causes.sort_by_key(|c| std::cmp::Reverse(c.count));
     let removed = left.iter().filter(|l| l.is_some()).count();
     let summary = summary_line(n, removed, survivors.len(), &causes, winner.as_ref());
-    Explain { received: n, removed, remaining: survivors.len(), summary, causes, winner, top, servers: listed }
+    let asked = options.why_not.as_ref().map(|uuids| {
+        uuids
+            .iter()
+            .map(|asked| {
+                (0..n).find(|&id| servers[id].uuid.as_str() == Some(asked.as_str())).ok_or_else(|| asked.clone())
+            })
+            .collect()
+    });
+    let winner_margin = winner.as_ref().and_then(|w| w.margin);
+    Explain {
+        received: n,
+        removed,
+        remaining: survivors.len(),
+        summary,
+        causes,
+        winner,
+        facts: Facts { servers, allocation, left, rank, shortfalls, parts, raws, winner_margin },
+        top: ranked.iter().take(TOP).map(|&(_, id)| id).collect(),
+        asked,
+    }
+}
+
+impl<'a> Facts<'a> {
+    /// `String(server.uuid)`, borrowed when the uuid is a string (as validated ones are).
+    fn key(&self, id: ServerId) -> Cow<'a, str> {
+        match self.servers[id].uuid.as_str() {
+            Some(text) => Cow::Borrowed(text),
+            None => Cow::Owned(self.servers[id].reason_key()),
+        }
+    }
+
+    /// The raw value a scorer's step noted last for the server (as a map keyed by (step,
+    /// server) kept it), else the number it scored by.
+    fn raw(&self, id: ServerId, step: usize, scored_by: f64) -> Raw<'_> {
+        self.raws[id].iter().rev().find(|(s, _)| *s == step).map_or(Raw::Number(scored_by), |(_, v)| Raw::Noted(v))
+    }
+
+    fn describe(&self, id: ServerId) -> ServerExplain<'_> {
+        let steps = &self.allocation.steps;
+        let server = self.key(id);
+        if let Some(k) = self.left[id] {
+            return ServerExplain {
+                left: Some(Left {
+                    step: steps[k].name,
+                    plugin: steps[k].plugin,
+                    reason: steps[k].reasons.get(&server),
+                    shortfalls: &self.shortfalls[id],
+                }),
+                server,
+                outcome: "removed",
+                rank: None,
+                score: None,
+                scores: Vec::new(),
+                margin: None,
+            };
+        }
+        let chosen = Some(id) == self.allocation.chosen;
+        let scores = self.parts[id]
+            .iter()
+            .map(|&(step, raw, weight, contribution)| ScorePart {
+                plugin: steps[step].plugin,
+                raw: self.raw(id, step, raw),
+                normalised: normalised(weight, contribution),
+                weight,
+                contribution,
+            })
+            .collect();
+        ServerExplain {
+            server,
+            outcome: if chosen { "chosen" } else { "candidate" },
+            left: None,
+            rank: self.rank[id],
+            score: Some(self.allocation.state[id].score),
+            scores,
+            margin: if chosen { self.winner_margin } else { None },
+        }
+    }
+
+    /// [`Facts::describe`]'s part written straight as JSON, as serde would write it.
+    fn write_server(&self, out: &mut Vec<u8>, id: ServerId) {
+        let steps = &self.allocation.steps;
+        let server = self.key(id);
+        out.extend_from_slice(b"{\"server\":");
+        write_json_str(out, &server);
+        if let Some(k) = self.left[id] {
+            out.extend_from_slice(b",\"outcome\":\"removed\",\"left\":{\"step\":");
+            write_json_str(out, steps[k].name);
+            out.extend_from_slice(b",\"plugin\":");
+            write_json_str(out, steps[k].plugin);
+            out.extend_from_slice(b",\"reason\":");
+            match steps[k].reasons.get(&server) {
+                Some(reason) => write_json_str(out, reason),
+                None => out.extend_from_slice(b"null"),
+            }
+            let shortfalls = &self.shortfalls[id];
+            if !shortfalls.is_empty() {
+                out.extend_from_slice(b",\"shortfalls\":[");
+                for (i, f) in shortfalls.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(b"{\"resource\":");
+                    write_json_str(out, f.resource);
+                    out.extend_from_slice(b",\"unit\":");
+                    write_json_str(out, f.unit);
+                    out.extend_from_slice(b",\"needed\":");
+                    write_num_json(out, f.needed);
+                    out.extend_from_slice(b",\"available\":");
+                    write_num_json(out, f.available);
+                    out.extend_from_slice(b",\"missing\":");
+                    write_num_json(out, f.missing);
+                    out.push(b'}');
+                }
+                out.push(b']');
+            }
+            out.extend_from_slice(b"}}");
+            return;
+        }
+        let chosen = Some(id) == self.allocation.chosen;
+        out.extend_from_slice(if chosen { b",\"outcome\":\"chosen\"" } else { b",\"outcome\":\"candidate\"" });
+        if let Some(rank) = self.rank[id] {
+            out.extend_from_slice(b",\"rank\":");
+            write_uint_json(out, rank as u64);
+        }
+        out.extend_from_slice(b",\"score\":");
+        write_num_json(out, self.allocation.state[id].score);
+        let parts = &self.parts[id];
+        if !parts.is_empty() {
+            out.extend_from_slice(b",\"scores\":[");
+            for (i, &(step, raw, weight, contribution)) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"plugin\":");
+                write_json_str(out, steps[step].plugin);
+                out.extend_from_slice(b",\"raw\":");
+                self.raw(id, step, raw).write_json(out);
+                out.extend_from_slice(b",\"normalised\":");
+                write_num_json(out, normalised(weight, contribution));
+                out.extend_from_slice(b",\"weight\":");
+                write_num_json(out, weight);
+                out.extend_from_slice(b",\"contribution\":");
+                write_num_json(out, contribution);
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
+        if let Some(margin) = self.winner_margin.filter(|_| chosen) {
+            out.extend_from_slice(b",\"margin\":");
+            write_num_json(out, margin);
+        }
+        out.push(b'}');
+    }
+}
+
+/// A contribution over its weight's magnitude, in [0, 1] (−1 or 1 when every server tied).
+fn normalised(weight: f64, contribution: f64) -> f64 {
+    if weight == 0.0 {
+        0.0
+    } else {
+        contribution / weight.abs()
+    }
+}
+
+/// A server asked about but not received.
+fn not_received(uuid: &str) -> ServerExplain<'_> {
+    ServerExplain {
+        server: Cow::Borrowed(uuid),
+        outcome: "not_received",
+        left: None,
+        rank: None,
+        score: None,
+        scores: Vec::new(),
+        margin: None,
+    }
+}
+
+impl<'a> Explain<'a> {
+    /// The best candidates (up to five), best first, with their score breakdown.
+    pub fn top(&self) -> impl Iterator<Item = ServerExplain<'_>> + '_ {
+        self.top.iter().map(|&id| self.facts.describe(id))
+    }
+
+    /// Every server received, in request order, or those asked about (`why_not`).
+    pub fn servers(&self) -> Box<dyn Iterator<Item = ServerExplain<'_>> + '_> {
+        match &self.asked {
+            None => Box::new((0..self.received).map(|id| self.facts.describe(id))),
+            Some(asked) => Box::new(asked.iter().map(|a| match a {
+                Ok(id) => self.facts.describe(*id),
+                Err(uuid) => not_received(uuid),
+            })),
+        }
+    }
+
+    /// The `explain` object as JSON, appended to `out`: what serializing it writes, with
+    /// the per-server parts written straight from the facts.
+    pub fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(b"{\"received\":");
+        write_uint_json(out, self.received as u64);
+        out.extend_from_slice(b",\"removed\":");
+        write_uint_json(out, self.removed as u64);
+        out.extend_from_slice(b",\"remaining\":");
+        write_uint_json(out, self.remaining as u64);
+        out.extend_from_slice(b",\"summary\":");
+        write_json_str(out, &self.summary);
+        out.extend_from_slice(b",\"causes\":");
+        crate::js::json::to_writer(&mut *out, &self.causes)?;
+        if let Some(winner) = &self.winner {
+            out.extend_from_slice(b",\"winner\":");
+            crate::js::json::to_writer(&mut *out, winner)?;
+        }
+        let list = |out: &mut Vec<u8>, ids: &mut dyn Iterator<Item = Result<ServerId, &str>>| {
+            out.push(b'[');
+            for (i, entry) in ids.enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                match entry {
+                    Ok(id) => self.facts.write_server(out, id),
+                    Err(uuid) => {
+                        out.extend_from_slice(b"{\"server\":");
+                        write_json_str(out, uuid);
+                        out.extend_from_slice(b",\"outcome\":\"not_received\"}");
+                    }
+                }
+            }
+            out.push(b']');
+        };
+        out.extend_from_slice(b",\"top\":");
+        list(out, &mut self.top.iter().map(|&id| Ok(id)));
+        out.extend_from_slice(b",\"servers\":");
+        match &self.asked {
+            None => list(out, &mut (0..self.received).map(Ok)),
+            Some(asked) => list(out, &mut asked.iter().map(|a| a.as_ref().map(|&id| id).map_err(String::as_str))),
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+impl Serialize for Explain<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Seq<F>(F);
+        impl<'x, F: Fn() -> I, I: Iterator<Item = ServerExplain<'x>>> Serialize for Seq<F> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq((self.0)())
+            }
+        }
+        let mut st = s.serialize_struct("Explain", 8)?;
+        st.serialize_field("received", &self.received)?;
+        st.serialize_field("removed", &self.removed)?;
+        st.serialize_field("remaining", &self.remaining)?;
+        st.serialize_field("summary", &self.summary)?;
+        st.serialize_field("causes", &self.causes)?;
+        if let Some(winner) = &self.winner {
+            st.serialize_field("winner", winner)?;
+        }
+        st.serialize_field("top", &Seq(|| self.top()))?;
+        st.serialize_field("servers", &Seq(|| self.servers()))?;
+        st.end()
+    }
 }
 
 /// `412 of 500 servers removed: 300 by hard-filter-min-ram (...; closest: X short by 512 MiB
@@ -408,7 +648,7 @@ pub fn append_to_answer(out: &mut Vec<u8>, explain: &Explain) -> serde_json::Res
         out.pop();
     }
     out.extend_from_slice(b",\"explain\":");
-    crate::js::json::to_writer(&mut *out, explain)?;
+    explain.write_json(out)?;
     out.push(b'}');
     Ok(())
 }
@@ -458,14 +698,14 @@ pub fn report(explain: &Explain, asked: bool, colour: bool) -> String {
 
     if !explain.top.is_empty() {
         let _ = writeln!(out, "\n{}", bold("Top candidates:"));
-        for s in &explain.top {
-            server_block(&mut out, s, &paint);
+        for s in explain.top() {
+            server_block(&mut out, &s, &paint);
         }
     }
     if asked {
         let _ = writeln!(out, "\n{}", bold("Asked about:"));
-        for s in &explain.servers {
-            server_block(&mut out, s, &paint);
+        for s in explain.servers() {
+            server_block(&mut out, &s, &paint);
         }
     }
     out
@@ -487,7 +727,7 @@ fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) 
             if let Some(reason) = &left.reason {
                 let _ = writeln!(out, "      reason: {reason}");
             }
-            for f in &left.shortfalls {
+            for f in left.shortfalls {
                 let _ = writeln!(
                     out,
                     "      short of {}: needed {} {unit}, available {} {unit}, missing {} {unit}",
@@ -518,10 +758,7 @@ fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) 
                     .scores
                     .iter()
                     .map(|p| {
-                        let raw = match &p.raw {
-                            Value::String(text) => text.clone(),
-                            other => other.to_string(),
-                        };
+                        let raw = p.raw.to_text();
                         [
                             p.plugin.to_string(),
                             raw,

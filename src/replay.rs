@@ -322,7 +322,7 @@ fn score_difference(request: &AllocateBody<'_>, old: &Allocation, new: &Allocati
     let (old_x, new_x) =
         (explain::explain(&request.servers, old, &options), explain::explain(&request.servers, new, &options));
     let parts = |x: &explain::Explain, id: usize| -> Vec<(&'static str, f64)> {
-        x.servers.get(id).map(|s| s.scores.iter().map(|p| (p.plugin, p.contribution)).collect()).unwrap_or_default()
+        x.servers().nth(id).map(|s| s.scores.iter().map(|p| (p.plugin, p.contribution)).collect()).unwrap_or_default()
     };
     let (old_a, old_b, new_a, new_b) = (parts(&old_x, a), parts(&old_x, b), parts(&new_x, a), parts(&new_x, b));
     let mut plugins: Vec<&'static str> = Vec::new();

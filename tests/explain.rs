@@ -182,6 +182,35 @@ fn every_recorded_case_explained_keeps_its_answer_and_agrees_with_its_steps() {
     assert!(checked >= all.len(), "only {checked} answers checked of {} cases", all.len());
 }
 
+/// The direct writer the answers use gives the bytes serializing the `explain` object gives,
+/// for every vendored case, whole and with `why_not` (a uuid received, one not).
+#[test]
+fn explain_written_directly_is_what_serializing_it_writes() {
+    let mut compared = 0;
+    for case in &cases() {
+        let engine = Engine::from_config(&case["config"], &dapi::registry::built_in()).expect("recorded config");
+        let body = serde_json::to_vec(&case["request"]).expect("request");
+        let Ok(mut request) = dapi::wire::parse_allocate_body(&body) else { continue };
+        if dapi::validate::validate_allocate(&mut request).is_err() {
+            continue;
+        }
+        let allocation = engine.allocate_noting(&request, true).expect("the recorded request runs");
+        let first = request.servers.first().and_then(|s| s.uuid.as_str()).map(str::to_string);
+        let asked = ExplainOptions {
+            why_not: Some(first.into_iter().chain(["00000000-0000-0000-0000-00000000beef".to_string()]).collect()),
+        };
+        for options in [ExplainOptions::default(), asked] {
+            let explained = dapi::explain::explain(&request.servers, &allocation, &options);
+            let mut direct = Vec::new();
+            explained.write_json(&mut direct).expect("written");
+            let serialized = dapi::js::json::to_vec(&explained).expect("serialized");
+            assert_eq!(String::from_utf8_lossy(&direct), String::from_utf8_lossy(&serialized), "{}", case["name"]);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 80, "only {compared} explanations compared");
+}
+
 fn ram_request() -> Value {
     let mut request = common::example_request();
     request["vm"]["ram"] = json!(1_000_000);

@@ -370,6 +370,48 @@ pub fn num_to_json(n: f64) -> serde_json::Value {
     serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, serde_json::Value::Number)
 }
 
+/// A number as [`num_to_json`] gives it, appended as JSON without making a `Value` (answers
+/// with thousands of numbers are written this way).
+pub fn write_num_json(out: &mut Vec<u8>, n: f64) {
+    // The common case, a whole number, without making a `Value`.
+    if n.fract() == 0.0 && n.abs() < 9.007_199_254_740_992e15 {
+        if n < 0.0 {
+            out.push(b'-');
+        }
+        write_uint_json(out, n.abs() as u64);
+        return;
+    }
+    match num_to_json(n) {
+        serde_json::Value::Number(x) => match (x.as_u64(), x.as_i64()) {
+            (Some(u), _) => write_uint_json(out, u),
+            (None, Some(i)) => {
+                out.push(b'-');
+                write_uint_json(out, i.unsigned_abs());
+            }
+            // A fraction: serde_json's float writer, as the serializer would use.
+            _ => {
+                let _ = serde_json::to_writer(&mut *out, &x);
+            }
+        },
+        _ => out.extend_from_slice(b"null"),
+    }
+}
+
+/// An unsigned integer as JSON (its decimal digits).
+pub fn write_uint_json(out: &mut Vec<u8>, mut u: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 fn write_json_string(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
