@@ -645,10 +645,10 @@ fn served(
     let idle = server.peak_rss();
     let mut client = Client::connect(server.addr)?;
     let path = match format {
-        StepsFormat::Full => "/allocate",
-        StepsFormat::Removed => "/allocate?steps=removed",
+        StepsFormat::Full => "/allocate".to_string(),
+        other => format!("/allocate?steps={}", other.name()),
     };
-    let (status, _) = client.request("POST", path, body)?;
+    let (status, _) = client.request("POST", &path, body)?;
     if status != 200 {
         return Err(std::io::Error::other(format!("POST /allocate with {n} servers answered {status}")));
     }
@@ -658,7 +658,7 @@ fn served(
     let mut parses = Vec::new();
     let runs = repeat(budget, || {
         let started = Instant::now();
-        let ok = matches!(client.request("POST", path, body), Ok((200, _)));
+        let ok = matches!(client.request("POST", &path, body), Ok((200, _)));
         let elapsed = started.elapsed().as_secs_f64();
         assert!(ok, "POST /allocate answered 200");
         parses.push(parse_once());

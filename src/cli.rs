@@ -78,7 +78,8 @@ Output:
                   {\"code\": \"NoAllocatableServersError\",
                    \"message\": \"No compute resources available: <reason>\", \"steps\": [...]})
 Both exit 0. Each step is {\"step\", \"remaining\": [uuid...], \"reasons\"?: {uuid: why}};
-with --steps removed: {\"step\", \"removed\": [uuid...], \"remaining_count\", \"reasons\"?}.";
+with --steps removed: {\"step\", \"removed\": [uuid...], \"remaining_count\", \"reasons\"?};
+with --steps counts: {\"step\", \"remaining_count\"} (nothing per server).";
 
 const CAPACITY_HELP: &str = "\
 Prints the spare CPU, RAM and disk of each server, as POST /capacity answers it.
@@ -369,6 +370,8 @@ enum Steps {
     Full,
     /// Every step lists only the servers it removed (much smaller for big datacenters)
     Removed,
+    /// Every step gives only how many servers it left (the smallest answer)
+    Counts,
 }
 
 impl From<Steps> for StepsFormat {
@@ -376,6 +379,7 @@ impl From<Steps> for StepsFormat {
         match steps {
             Steps::Full => StepsFormat::Full,
             Steps::Removed => StepsFormat::Removed,
+            Steps::Counts => StepsFormat::Counts,
         }
     }
 }

@@ -242,8 +242,8 @@ fn replay_one(
 /// The digest of the answer the service would have written.
 fn answer_digest(request: &AllocateBody<'_>, allocation: &Allocation, asked: &AnswerAsked) -> Result<String, String> {
     let steps = match asked.steps.as_deref() {
-        Some("removed") => StepsFormat::Removed,
-        _ => StepsFormat::Full,
+        Some(name) => StepsFormat::parse(name).unwrap_or_default(),
+        None => StepsFormat::Full,
     };
     let explain = asked.explain.as_ref().map(|uuids| {
         let mut options = ExplainOptions::default();

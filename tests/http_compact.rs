@@ -55,3 +55,32 @@ async fn compact_409s_and_a_bad_format() {
     assert_eq!(r.status, 422);
     assert_eq!(r.json()["errors"][0]["field"], "steps");
 }
+
+/// `steps=counts`: the same decision, each step only with how many servers it left; a 409
+/// keeps its message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counted_steps_describe_the_same_allocation() {
+    let s = start(&[]).await;
+    let mut req = example_request();
+    req["seed"] = json!(5);
+    let full = allocate(s.addr, "", &req).await.json();
+    let counted = allocate(s.addr, "?steps=counts", &req).await;
+    assert_eq!(counted.status, 200);
+    let counted = counted.json();
+    assert_eq!(counted["server"], full["server"]);
+    let (full_steps, counted_steps) =
+        (full["steps"].as_array().expect("steps"), counted["steps"].as_array().expect("steps"));
+    assert_eq!(full_steps.len(), counted_steps.len());
+    for (f, c) in full_steps.iter().zip(counted_steps) {
+        let kept = f["remaining"].as_array().expect("remaining").len() as u64;
+        assert_eq!(c, &json!({"step": f["step"], "remaining_count": kept}));
+    }
+
+    req["vm"]["internal_metadata"] = json!({"force_designation_failure": true});
+    let full = allocate(s.addr, "", &req).await;
+    let counted = allocate(s.addr, "?steps=counts", &req).await;
+    assert_eq!((full.status, counted.status), (409, 409));
+    let (full, counted) = (full.json(), counted.json());
+    assert_eq!(counted["message"], full["message"]);
+    assert_eq!(counted["steps"].as_array().and_then(|s| s.last()).map(|l| &l["remaining_count"]), Some(&json!(0)));
+}

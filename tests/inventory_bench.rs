@@ -2,7 +2,9 @@
 //! PostgreSQL, the benchmark's generated datacenter (benches/input.rs) loaded, then replica
 //! start-up, allocations/s and latency with their claims committed, side by side with the
 //! stateless request of the same size. Figures are printed (BENCHMARKS.md), not asserted.
-//! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (16).
+//! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (16),
+//! INVENTORY_BENCH_STEPS (the allocations' `steps` form: inventory mode's default, `removed`,
+//! unless given).
 
 mod common;
 mod pg;
@@ -172,8 +174,13 @@ async fn inventory_benchmark() {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
+    let path: Arc<str> = match std::env::var("INVENTORY_BENCH_STEPS").ok().filter(|s| !s.is_empty()) {
+        Some(steps) => format!("/allocate?steps={steps}").into(),
+        None => "/allocate".into(),
+    };
+    println!("inventory allocations: POST {path}");
     for _ in 0..clients {
-        let (vm_request, counter) = (vm_request.clone(), counter.clone());
+        let (vm_request, counter, path) = (vm_request.clone(), counter.clone(), path.clone());
         tasks.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             let mut statuses = std::collections::BTreeMap::new();
@@ -183,8 +190,7 @@ async fn inventory_benchmark() {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let r = vm_request.replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
                 let t = Instant::now();
-                let reply =
-                    send(addr, "POST", "/allocate", &[("Content-Type", "application/json")], r.as_bytes()).await;
+                let reply = send(addr, "POST", &path, &[("Content-Type", "application/json")], r.as_bytes()).await;
                 latencies.push(t.elapsed());
                 answer_bytes += reply.body.len();
                 *statuses.entry(reply.status).or_insert(0usize) += 1;

@@ -284,6 +284,7 @@ impl Allocation {
         let listed = match format {
             StepsFormat::Full => servers + self.steps.iter().map(|s| s.remaining.len()).sum::<usize>(),
             StepsFormat::Removed => servers,
+            StepsFormat::Counts => return 4096 + self.steps.len() * 96,
         };
         let reasons: usize = self.steps.iter().map(|s| s.reasons.len()).sum();
         4096 + listed * 39 + reasons * 80 + self.steps.len() * 96

@@ -41,6 +41,9 @@ pub enum StepsFormat {
     /// servers it was given and did not pass on, so the summary grows with what was
     /// removed rather than with servers × steps.
     Removed,
+    /// `{step, remaining_count}`: how many servers each step left, nothing per server: the
+    /// smallest answer, for callers that want the decision (`explain` says why).
+    Counts,
 }
 
 impl StepsFormat {
@@ -49,6 +52,7 @@ impl StepsFormat {
         match name {
             "full" => Some(StepsFormat::Full),
             "removed" => Some(StepsFormat::Removed),
+            "counts" => Some(StepsFormat::Counts),
             _ => None,
         }
     }
@@ -58,6 +62,7 @@ impl StepsFormat {
         match self {
             StepsFormat::Full => "full",
             StepsFormat::Removed => "removed",
+            StepsFormat::Counts => "counts",
         }
     }
 }
@@ -80,9 +85,19 @@ impl StepsView<'_> {
     /// [`StepsView::write_json`], calling `part_done` after each step: it may take what
     /// `out` holds so far (to send it on), so a big answer need not be held whole.
     pub fn write_json_in_parts(&self, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
-        let uuids = UuidJson::new(self.servers);
         out.push(b'[');
+        if self.format == StepsFormat::Counts {
+            write_count(out, "Received by DAPI", self.received);
+            for step in self.steps {
+                out.push(b',');
+                write_count(out, step.name, step.remaining.len());
+            }
+            out.push(b']');
+            return;
+        }
+        let uuids = UuidJson::new(self.servers);
         match self.format {
+            StepsFormat::Counts => {}
             StepsFormat::Full => {
                 write_step_head(out, "Received by DAPI", "remaining");
                 uuids.write_list(out, 0..self.received);
@@ -125,6 +140,15 @@ impl StepsView<'_> {
         }
         out.push(b']');
     }
+}
+
+/// `{"step":<name>,"remaining_count":<n>}`
+fn write_count(out: &mut Vec<u8>, name: &str, count: usize) {
+    out.extend_from_slice(b"{\"step\":");
+    write_json_str(out, name);
+    out.extend_from_slice(b",\"remaining_count\":");
+    crate::js::write_uint_json(out, count as u64);
+    out.push(b'}');
 }
 
 /// `{"step":<name>,"<list>":`

@@ -296,7 +296,7 @@ fn percent_decoded(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The `steps` query parameter: `full` (the default) or `removed`.
+/// The `steps` query parameter: `full` (the default), `removed` or `counts`.
 pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
     let mut format = StepsFormat::Full;
     for pair in query.unwrap_or("").split('&') {
@@ -305,7 +305,7 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
             format = StepsFormat::parse(value).ok_or_else(|| {
                 ApiError::InvalidParameters(vec![FieldError::invalid(
                     "steps",
-                    format!("must be full or removed, not {value:?}"),
+                    format!("must be full, removed or counts, not {value:?}"),
                 )])
             })?;
         }
@@ -319,7 +319,7 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError>
     tag = "dapi",
     path = "/allocate",
     params(
-        ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters."),
+        ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters. `counts`: every step gives only how many servers it left (nothing per server: the smallest answer; `explain=true` says why)."),
         ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then."),
         ("why_not" = Option<String>, Query, description = "Server uuids, comma-separated: restricts the per-server part of `explain` to them (a uuid not in the request is answered too). Implies `explain=true`; joins the body's `why_not: [uuid, ...]`.")
     ),

@@ -13,10 +13,12 @@ use utoipa::{OpenApi, ToSchema};
 pub enum StepsParam {
     Full,
     Removed,
+    Counts,
 }
 
 /// One plugin run (or `Received by DAPI`, first). The default (`steps=full`, CNAPI's format)
-/// has `remaining`; `steps=removed` has `removed` and `remaining_count` instead.
+/// has `remaining`; `steps=removed` has `removed` and `remaining_count` instead;
+/// `steps=counts` only `remaining_count`.
 #[derive(Serialize, ToSchema)]
 pub struct StepDoc {
     pub step: String,
@@ -24,7 +26,7 @@ pub struct StepDoc {
     pub remaining: Option<Vec<Option<String>>>,
     /// Uuids of the servers this step was given and did not pass on (`steps=removed`).
     pub removed: Option<Vec<Option<String>>>,
-    /// How many servers are left after this step (`steps=removed`).
+    /// How many servers are left after this step (`steps=removed`, `steps=counts`).
     pub remaining_count: Option<u64>,
     /// Server uuid, `skip` or `*` → message; absent when empty.
     pub reasons: Option<BTreeMap<String, String>>,
