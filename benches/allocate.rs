@@ -459,7 +459,7 @@ fn explain_and_capacity(body: &[u8], request: &dapi::model::AllocateBody<'_>, en
         let a = engine.allocate_noting(request, true).expect("allocation runs");
         let e = dapi::explain::explain(&request.servers, &a, &options);
         // As the answers write it.
-        let mut bytes = Vec::new();
+        let mut bytes = Vec::with_capacity(dapi::answer::explain_size_hint_on(request.servers.len(), Some(&options)));
         e.write_json(&mut bytes).expect("explain is written");
         explain_bytes = bytes.len();
     });

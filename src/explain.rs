@@ -70,11 +70,11 @@ struct Facts<'a> {
     left: Vec<Option<usize>>,
     rank: Vec<Option<usize>>,
     /// Shortfalls noted by the step the server left at.
-    shortfalls: Vec<Vec<ShortfallOut>>,
+    shortfalls: ByServer<ShortfallOut>,
     /// Score notes: (step, raw, weight, contribution).
-    parts: Vec<Vec<(usize, f64, f64, f64)>>,
+    parts: ByServer<(usize, f64, f64, f64)>,
     /// Raw values noted by scorers, by step.
-    raws: Vec<Vec<(usize, &'a Value)>>,
+    raws: ByServer<(usize, &'a Value)>,
     winner_margin: Option<f64>,
 }
 
@@ -287,18 +287,30 @@ pub fn explain<'a>(servers: &'a [Server<'a>], allocation: &'a Allocation, option
 
     // Notes by server (vectors indexed by server position): shortfalls of the step it left
     // at, score parts and raw values of every step. Only servers with notes allocate.
-    let mut shortfalls: Vec<Vec<ShortfallOut>> = vec![Vec::new(); n];
-    let mut parts: Vec<Vec<(usize, f64, f64, f64)>> = vec![Vec::new(); n];
-    let mut raws: Vec<Vec<(usize, &Value)>> = vec![Vec::new(); n];
-    for note in &allocation.notes {
-        let Some(id) = (note.server < n).then_some(note.server) else { continue };
-        match &note.kind {
-            NoteKind::Shortfall(s) if left[id] == Some(note.step) => shortfalls[id].push((*s).into()),
-            NoteKind::Shortfall(_) => {}
-            NoteKind::Score { raw, weight, contribution } => parts[id].push((note.step, *raw, *weight, *contribution)),
-            NoteKind::Raw(value) => raws[id].push((note.step, value)),
-        }
-    }
+    let notes = || allocation.notes.iter().filter(|note| note.server < n);
+    let shortfalls: ByServer<ShortfallOut> = ByServer::new(
+        n,
+        notes().filter_map(|note| match &note.kind {
+            NoteKind::Shortfall(s) if left[note.server] == Some(note.step) => Some((note.server, (*s).into())),
+            _ => None,
+        }),
+    );
+    let parts = ByServer::new(
+        n,
+        notes().filter_map(|note| match &note.kind {
+            NoteKind::Score { raw, weight, contribution } => {
+                Some((note.server, (note.step, *raw, *weight, *contribution)))
+            }
+            _ => None,
+        }),
+    );
+    let raws = ByServer::new(
+        n,
+        notes().filter_map(|note| match &note.kind {
+            NoteKind::Raw(value) => Some((note.server, (note.step, value))),
+            _ => None,
+        }),
+    );
 
     // Ranks: the chosen server first, then by score, ties to the later server in the
     // final list (as selection breaks them).
@@ -336,7 +348,7 @@ pub fn explain<'a>(servers: &'a [Server<'a>], allocation: &'a Allocation, option
         });
         let cause = &mut causes[c];
         cause.count += 1;
-        if let Some(first) = shortfalls[id].first() {
+        if let Some(first) = shortfalls.of(id).first() {
             let closer = cause.closest.as_ref().is_none_or(|c| first.missing < c.missing);
             if closer {
                 cause.closest = Some(Closest {
@@ -373,6 +385,43 @@ pub fn explain<'a>(servers: &'a [Server<'a>], allocation: &'a Allocation, option
     }
 }
 
+/// Items grouped by server position, in the order given, in one allocation (thousands of
+/// servers each with a few notes: one vector per server would cost more than the notes).
+#[derive(Debug)]
+struct ByServer<T> {
+    /// `items[ends[id - 1]..ends[id]]` are server `id`'s.
+    ends: Vec<usize>,
+    items: Vec<T>,
+}
+
+impl<T: Clone> ByServer<T> {
+    fn new(servers: usize, items: impl Iterator<Item = (ServerId, T)> + Clone) -> ByServer<T> {
+        let mut ends = vec![0usize; servers];
+        for (id, _) in items.clone() {
+            ends[id] += 1;
+        }
+        let mut total = 0;
+        for end in &mut ends {
+            total += *end;
+            *end = total;
+        }
+        // Placed from the back so that each server's items keep their order.
+        let mut slots: Vec<Option<T>> = vec![None; total];
+        let mut next = ends.clone();
+        let all: Vec<(ServerId, T)> = items.collect();
+        for (id, item) in all.into_iter().rev() {
+            next[id] -= 1;
+            slots[next[id]] = Some(item);
+        }
+        ByServer { ends, items: slots.into_iter().flatten().collect() }
+    }
+
+    fn of(&self, id: ServerId) -> &[T] {
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.items[start..self.ends[id]]
+    }
+}
+
 impl<'a> Facts<'a> {
     /// `String(server.uuid)`, borrowed when the uuid is a string (as validated ones are).
     fn key(&self, id: ServerId) -> Cow<'a, str> {
@@ -385,7 +434,7 @@ impl<'a> Facts<'a> {
     /// The raw value a scorer's step noted last for the server (as a map keyed by (step,
     /// server) kept it), else the number it scored by.
     fn raw(&self, id: ServerId, step: usize, scored_by: f64) -> Raw<'_> {
-        self.raws[id].iter().rev().find(|(s, _)| *s == step).map_or(Raw::Number(scored_by), |(_, v)| Raw::Noted(v))
+        self.raws.of(id).iter().rev().find(|(s, _)| *s == step).map_or(Raw::Number(scored_by), |(_, v)| Raw::Noted(v))
     }
 
     fn describe(&self, id: ServerId) -> ServerExplain<'_> {
@@ -397,7 +446,7 @@ impl<'a> Facts<'a> {
                     step: steps[k].name,
                     plugin: steps[k].plugin,
                     reason: steps[k].reasons.get(&server),
-                    shortfalls: &self.shortfalls[id],
+                    shortfalls: self.shortfalls.of(id),
                 }),
                 server,
                 outcome: "removed",
@@ -408,7 +457,9 @@ impl<'a> Facts<'a> {
             };
         }
         let chosen = Some(id) == self.allocation.chosen;
-        let scores = self.parts[id]
+        let scores = self
+            .parts
+            .of(id)
             .iter()
             .map(|&(step, raw, weight, contribution)| ScorePart {
                 plugin: steps[step].plugin,
@@ -445,7 +496,7 @@ impl<'a> Facts<'a> {
                 Some(reason) => write_json_str(out, reason),
                 None => out.extend_from_slice(b"null"),
             }
-            let shortfalls = &self.shortfalls[id];
+            let shortfalls = self.shortfalls.of(id);
             if !shortfalls.is_empty() {
                 out.extend_from_slice(b",\"shortfalls\":[");
                 for (i, f) in shortfalls.iter().enumerate() {
@@ -477,7 +528,7 @@ impl<'a> Facts<'a> {
         }
         out.extend_from_slice(b",\"score\":");
         write_num_json(out, self.allocation.state[id].score);
-        let parts = &self.parts[id];
+        let parts = self.parts.of(id);
         if !parts.is_empty() {
             out.extend_from_slice(b",\"scores\":[");
             for (i, &(step, raw, weight, contribution)) in parts.iter().enumerate() {

@@ -219,7 +219,9 @@ impl<'r> Request<'r> {
 
     /// Turns on notes for an explained allocation.
     pub fn record_notes(&mut self) {
-        self.recorder = Some(Recorder::default());
+        // Scorers note twice per server each: reserved once rather than regrown.
+        let notes = Vec::with_capacity(self.servers.len() * 8);
+        self.recorder = Some(Recorder { step: 0, notes });
     }
 
     /// The engine says which step runs next (notes are tagged with it).
