@@ -26,6 +26,7 @@
 pub mod arriving;
 mod body;
 mod cursor;
+pub mod pages;
 mod vms;
 
 pub use arriving::{Arriving, Writer as ArrivingWriter};
