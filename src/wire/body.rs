@@ -4,8 +4,6 @@
 //! server back as received) and parsed into [`Server`]s. Type problems of the top-level
 //! parameters are collected and reported together, the way CNAPI's parameter check does.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -73,16 +71,6 @@ fn parse_servers<'a>(
     }
     (errors.len() == before).then_some((raws.iter().map(|r| r.get()).collect(), servers))
 }
-
-/// Servers arrays in at least this much text are read by two threads (a thread costs some
-/// 50 µs to start; 8 MiB take 8 ms to read). Under test, nearly every body is: the readers
-/// that never split (the plain one, the one of an arriving body) are their oracle.
-const SPLIT_FROM: usize = if cfg!(test) { 2 << 10 } else { 8 << 20 };
-/// How far past the middle a split point is looked for.
-const SPLIT_SEARCH: usize = 1 << 20;
-
-/// The second thread's read of a servers array ([`Cursor::servers_after`]).
-type SecondHalf<'s, 'a> = std::thread::ScopedJoinHandle<'s, Option<(Vec<&'a str>, Vec<Server<'a>>, usize)>>;
 
 /// The top-level members but `servers`, and `servers`.
 type Walked<'a> = (TopLevel<'a>, Option<ServersMember<'a>>);
@@ -153,42 +141,14 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The servers array, the cursor being at its `[`. A big one is read by two threads: see
-    /// [`Cursor::split_point`].
+    /// The servers array, the cursor being at its `[`.
     fn servers(&mut self) -> serde_json::Result<ServersMember<'a>> {
         self.expect(b'[')?;
-        let Some(at) = self.split_point() else { return self.servers_from(None) };
-        let text = self.text;
-        let stop = AtomicBool::new(false);
-        std::thread::scope(|scope| {
-            let second_half = scope.spawn(|| Cursor { text, pos: at }.servers_after(&stop));
-            let read = self.servers_from(Some((at, second_half)));
-            // Read without it (an error, or it started in the wrong place): not needed.
-            stop.store(true, Ordering::Relaxed);
-            read
-        })
-    }
-
-    /// The servers array from after its `[`. With `meet`, once the walk reaches the element
-    /// that begins at its position it takes the rest of the array from its thread (when that
-    /// read it all); otherwise it goes on itself.
-    fn servers_from(&mut self, mut meet: Option<(usize, SecondHalf<'_, 'a>)>) -> serde_json::Result<ServersMember<'a>> {
         let (mut raws, mut servers, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         let mut i = 0;
         while !self.eat(b']') {
             if i > 0 {
                 self.expect(b',')?;
-                if meet.as_ref().is_some_and(|(at, _)| self.peek() == Some(b'{') && self.pos == *at) {
-                    let rest = meet.take().and_then(|(_, half)| half.join().ok().flatten());
-                    if let Some((more_raws, more_servers, end)) = rest {
-                        #[cfg(test)]
-                        tests::SPLITS.with(|n| n.set(n.get() + 1));
-                        raws.extend(more_raws);
-                        servers.extend(more_servers);
-                        self.pos = end;
-                        break;
-                    }
-                }
             }
             let field = || format!("servers[{i}]");
             if self.peek() == Some(b'{') {
@@ -212,43 +172,6 @@ impl<'a> Cursor<'a> {
         }
         servers.shrink_to_fit();
         Ok(ServersMember::Array(if errors.is_empty() { Ok((raws, servers)) } else { Err(errors) }))
-    }
-
-    /// Where a second thread may start reading a big servers array (the cursor being just
-    /// inside it): the `{` of a `},{` about halfway through the rest of the body, the likely
-    /// start of a server. It need not be one: the first thread takes the second one's read
-    /// only if its own walk arrives at exactly that element, so the result is the same
-    /// either way. `None` for small bodies, or with one core.
-    fn split_point(&self) -> Option<usize> {
-        let rest = self.text.len() - self.pos;
-        if rest < SPLIT_FROM || std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-            return None;
-        }
-        let from = self.pos + rest / 2;
-        let window = self.text.as_bytes().get(from..(from + SPLIT_SEARCH).min(self.text.len()))?;
-        window.windows(3).position(|w| w == b"},{").map(|i| from + i + 2)
-    }
-
-    /// The second thread's read: ordinary servers from the cursor (at a `{`) to the end of
-    /// the array, and where the array ends; `None` on anything else (any error, an element
-    /// that is not a server), or once `stop` is set. The first thread then reads that part
-    /// itself and words what it finds.
-    fn servers_after(mut self, stop: &AtomicBool) -> Option<(Vec<&'a str>, Vec<Server<'a>>, usize)> {
-        let (mut raws, mut servers) = (Vec::new(), Vec::new());
-        loop {
-            if stop.load(Ordering::Relaxed) || self.peek() != Some(b'{') {
-                return None;
-            }
-            let (server, raw) = self.server().ok()?;
-            raws.push(raw);
-            servers.push(server);
-            if self.eat(b']') {
-                return Some((raws, servers, self.pos));
-            }
-            if !self.eat(b',') {
-                return None;
-            }
-        }
     }
 
     /// The top-level object: every member but `servers` as raw JSON (a repeated key keeps
@@ -639,48 +562,6 @@ pub(crate) mod tests {
             });
             format!("{:?}", parse_arriving_allocate_body(&arriving))
         })
-    }
-
-    thread_local! {
-        /// How many servers arrays this thread read in two halves.
-        pub(super) static SPLITS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-    }
-
-    /// A body of many servers read in two halves reads as the readers that never split read
-    /// it, wherever the second half starts (a `},{` inside a server misleads the split) and
-    /// wherever a problem is (before the middle, after it, where the second half starts).
-    #[test]
-    fn a_servers_array_read_in_two_halves_reads_as_one() {
-        let server = |i: usize, extra: &str| format!(r#"{{"uuid":"s{i}","status":"running"{extra},"vms":{{}}}}"#);
-        let body = |servers: &[String]| {
-            format!(r#"{{"servers":[{}],"vm":{{"ram":1}},"image":{{}}}}"#, servers.join(",")).into_bytes()
-        };
-        let n = 400;
-        let ordinary: Vec<String> = (0..n).map(|i| server(i, "")).collect();
-        let mut variants = vec![body(&ordinary)];
-        for at in [10, n / 2 - 1, n / 2, n / 2 + 1, n - 5] {
-            for odd in [r#","x":[{},{"a":1}]"#, r#","uuid":"again""#, r#","status":"#] {
-                let mut servers = ordinary.clone();
-                servers[at] = server(at, odd);
-                variants.push(body(&servers));
-            }
-            let mut servers = ordinary.clone();
-            servers[at] = "7".into();
-            variants.push(body(&servers));
-        }
-        // Decoys all along: every server holds a `},{`.
-        variants.push(body(&(0..n).map(|i| server(i, r#","x":[{},{}]"#)).collect::<Vec<_>>()));
-        let before = SPLITS.with(std::cell::Cell::get);
-        for body in &variants {
-            assert!(body.len() > SPLIT_FROM);
-            let read = whole(body);
-            assert_eq!(read, arriving(body, 4096, None), "{}", String::from_utf8_lossy(body));
-            let capacity = capacity_read(parse_capacity_request(body));
-            assert_eq!(capacity, capacity_read(parse_capacity_plain(body)));
-        }
-        let splits = SPLITS.with(std::cell::Cell::get) - before;
-        // The ordinary body, those with a problem before the middle, and the decoys.
-        assert!(splits >= 4, "only {splits} bodies were read in two halves");
     }
 
     /// Whether the servers of `body`, written in pieces, were read while it arrived.
