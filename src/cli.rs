@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -682,11 +682,14 @@ fn plugin_list(registry: &Registry, custom: Option<&CustomSet>, json: bool) -> V
 
 /// The bytes of `input`: a file, or standard input for `-`.
 fn read_input(input: &Path) -> Result<Vec<u8>, CliError> {
+    // Into a body buffer (huge pages for a big one: see `wire::pages`).
     let read = if input == Path::new("-") {
-        let mut body = Vec::new();
-        std::io::stdin().lock().read_to_end(&mut body).map(|_| body)
+        crate::wire::pages::read_body(std::io::stdin().lock(), 0)
     } else {
-        std::fs::read(input)
+        std::fs::File::open(input).and_then(|file| {
+            let len = file.metadata().map_or(0, |m| m.len());
+            crate::wire::pages::read_body(file, usize::try_from(len).unwrap_or(0))
+        })
     };
     read.map_err(|error| CliError::Read { input: input.to_path_buf(), error })
 }

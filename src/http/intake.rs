@@ -200,7 +200,7 @@ async fn read_body(
     limit: usize,
     pace: UploadPace,
 ) -> Result<(Vec<u8>, BodySeen), ApiError> {
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0));
+    let mut buf = crate::wire::pages::body_buffer(declared.unwrap_or(0));
     let seen = read_frames(body, limit, pace, |data| {
         buf.extend_from_slice(data);
         Ok(())

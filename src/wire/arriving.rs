@@ -12,7 +12,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// The body's bytes so far, and how it ended.
 pub struct Arriving {
     start: NonNull<u8>,
+    /// The declared length: how many bytes may be written.
     capacity: usize,
+    /// The allocation's own capacity (at least `capacity`), for giving it back.
+    allocated: usize,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -50,11 +53,14 @@ pub enum Progress {
 impl Arriving {
     /// A body of `len` bytes to come, and its writer.
     pub fn new(len: usize) -> (Arc<Arriving>, Writer) {
-        let buffer: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        let start = NonNull::new(Box::into_raw(buffer).cast::<u8>()).unwrap_or(NonNull::dangling());
+        // Not zeroed first: only bytes already written are ever read.
+        let mut buffer = std::mem::ManuallyDrop::new(super::pages::body_buffer(len));
+        let allocated = buffer.capacity();
+        let start = NonNull::new(buffer.as_mut_ptr()).unwrap_or(NonNull::dangling());
         let body = Arc::new(Arriving {
             start,
             capacity: len,
+            allocated,
             state: Mutex::new(State { filled: 0, ended: None }),
             changed: Condvar::new(),
         });
@@ -96,10 +102,10 @@ impl Arriving {
 
 impl Drop for Arriving {
     fn drop(&mut self) {
-        let slice = std::ptr::slice_from_raw_parts_mut(self.start.as_ptr(), self.capacity);
-        // SAFETY: the buffer came from `Box::into_raw` of this length; nobody borrows it any
-        // more (borrows are tied to `&self`).
-        drop(unsafe { Box::from_raw(slice) });
+        // SAFETY: the buffer is the `Vec` taken apart in `new`, with its pointer and
+        // capacity (its length, 0, only tells the `Vec` there is nothing to drop); nobody
+        // borrows it any more (borrows are tied to `&self`).
+        drop(unsafe { Vec::from_raw_parts(self.start.as_ptr(), 0, self.allocated) });
     }
 }
 

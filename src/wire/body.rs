@@ -10,6 +10,7 @@ use serde_json::value::RawValue;
 
 use super::arriving::{Arriving, Progress};
 use super::cursor::Cursor;
+use super::sysinfo::read_sysinfo;
 use super::vms::read_vms;
 use crate::js::{json, Js};
 use crate::model::{
@@ -127,7 +128,7 @@ impl<'a> Cursor<'a> {
                 *slot = self.js().ok()?;
             } else {
                 match key {
-                    "sysinfo" => s.sysinfo = self.value().ok()?.0,
+                    "sysinfo" => s.sysinfo = read_sysinfo(self).ok()?,
                     "vms" => s.vms = read_vms(self).ok()?,
                     _ => self.skip().ok()?,
                 }

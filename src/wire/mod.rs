@@ -6,10 +6,11 @@
 //!
 //! * **The plain reader** (serde_json, through the models' `Deserialize`): reads anything,
 //!   words every error. It is the oracle the others are tested against.
-//! * **The fast readers** ([`cursor`], and the server and VM readers in [`body`] and
-//!   [`vms`]): walk the bytes once, read ordinary servers and VMs (strings without escapes,
-//!   small whole numbers, known fields) straight into their compact forms borrowing from the
-//!   body, and give up on anything unusual; the plain reader then reads that value again.
+//! * **The fast readers** ([`cursor`], and the server, sysinfo and VM readers in [`body`],
+//!   [`sysinfo`] and [`vms`]): walk the bytes once, read ordinary servers and VMs (strings
+//!   without escapes, small whole numbers, known fields) straight into their compact forms
+//!   borrowing from the body, and give up on anything unusual; the plain reader then reads
+//!   that value again.
 //!   `/capacity` bodies take the same walk; anything it does not take is read by the plain
 //!   reader ([`parse_capacity_plain`]), which words the error.
 //! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more is parsed while the
@@ -26,6 +27,8 @@
 pub mod arriving;
 mod body;
 mod cursor;
+pub mod pages;
+mod sysinfo;
 mod vms;
 
 pub use arriving::{Arriving, Writer as ArrivingWriter};

@@ -1,0 +1,47 @@
+"""Issue 15: POST /allocate alternated between `dapi serve` binaries (before/after) in one run.
+
+python3 scripts/post-alternate.py BODY ROUNDS BIN... (config: $POST_CONFIG, default
+../shared/bench/bench-config.json). Per binary: wall per POST (first byte sent to last byte
+answered), effective throughput (body bytes / wall), server CPU per POST (/proc/PID/stat, 10 ms
+ticks), VmHWM, and VmRSS 5 s after the burst. See BENCHMARKS.md.
+"""
+import http.client, os, socket, subprocess, sys, time, statistics as st
+body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+path = os.environ.get("POST_PATH", "/allocate")
+body = open(body_path, 'rb').read()
+tick = os.sysconf('SC_CLK_TCK')
+def port():
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+servers = []
+for b in bins:
+    p = port()
+    env = dict(os.environ, DAPI_LISTEN=f"127.0.0.1:{p}")
+    proc = subprocess.Popen([b, "serve", "--config", os.environ.get("POST_CONFIG", "../shared/bench/bench-config.json")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    servers.append((b, p, proc))
+time.sleep(1.5)
+def cpu(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(')', 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tick
+def hwm(pid, key="VmHWM"):
+    for l in open(f"/proc/{pid}/status"):
+        if l.startswith(key): return int(l.split()[1]) / 1024
+conns = {b: http.client.HTTPConnection("127.0.0.1", p) for b, p, _ in servers}
+res = {b: ([], []) for b in bins}
+for r in range(rounds + 1):
+    for b, p, proc in servers:
+        c = conns[b]
+        c0 = cpu(proc.pid); t0 = time.perf_counter()
+        c.request("POST", path, body, {"Content-Type": "application/json"})
+        resp = c.getresponse(); data = resp.read()
+        t1 = time.perf_counter()
+        time.sleep(0.3)  # let the freeing after the answer finish before reading CPU
+        c1 = cpu(proc.pid)
+        assert resp.status == 200, (b, resp.status, data[:200])
+        if r: res[b][0].append((t1 - t0) * 1e3); res[b][1].append((c1 - c0) * 1e3)
+time.sleep(5)
+for b, p, proc in servers:
+    w, c = res[b]
+    print(f"{b}: VmRSS 5 s after the burst {hwm(proc.pid, 'VmRSS'):.1f} MiB")
+    print(f"{b}: POST wall median {st.median(w):.1f} ms (min {min(w):.1f}), {len(body)/st.median(w)/1e6:.2f} GB/s; server CPU median {st.median(c):.0f} ms (mean {st.mean(c):.0f}); VmHWM {hwm(proc.pid):.1f} MiB")
+    proc.terminate()
+print(open("/proc/loadavg").read().strip())
