@@ -11,8 +11,10 @@
 
 #[path = "input.rs"]
 mod input;
+#[path = "variants.rs"]
+mod variants;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dapi::engine::Engine;
 use serde_json::{json, Value};
@@ -74,18 +76,8 @@ fn chain_with(extra: &[&str]) -> Value {
     json!({"allocationDescription": chain, "defaults": input::config()["defaults"]})
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
-    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![500, 5000]);
-    let budget =
-        Duration::from_secs_f64(std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0));
+    let (sizes, budget) = variants::options();
     let dir = std::env::temp_dir().join(format!("dapi-bench-custom-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("tmp dir");
     for (name, text) in
@@ -113,34 +105,7 @@ fn main() {
         let mut base = None;
         for (label, extra) in variants {
             let engine = Engine::from_config(&chain_with(extra), &registry).expect("engine");
-            // A thread of its own, so that the first call loads the plugins there.
-            let (first, times) = std::thread::scope(|s| {
-                s.spawn(|| {
-                    let started = Instant::now();
-                    engine.allocate(&request).expect("allocates");
-                    let first = started.elapsed();
-                    let mut times = Vec::new();
-                    let begun = Instant::now();
-                    while times.len() < 5 || (begun.elapsed() < budget && times.len() < 200) {
-                        let started = Instant::now();
-                        engine.allocate(&request).expect("allocates");
-                        times.push(started.elapsed());
-                    }
-                    (first, times)
-                })
-                .join()
-                .expect("bench thread")
-            });
-            let m = median(times);
-            let added = base
-                .map_or(String::from("–"), |b: Duration| format!("{:.2}", (m.as_secs_f64() - b.as_secs_f64()) * 1e3));
-            base.get_or_insert(m);
-            println!(
-                "| {n} | {} | {label} | {:.2} | {:.2} | {added} |",
-                body.len(),
-                first.as_secs_f64() * 1e3,
-                m.as_secs_f64() * 1e3
-            );
+            variants::row(&engine, &request, body.len(), label, budget, &mut base);
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,8 +11,8 @@
 
 #[path = "input.rs"]
 mod input;
-
-use std::time::{Duration, Instant};
+#[path = "variants.rs"]
+mod variants;
 
 use dapi::engine::Engine;
 use serde_json::{json, Value};
@@ -33,18 +33,8 @@ fn config(filters: Option<Value>) -> Value {
     json!({"allocationDescription": built_in["allocationDescription"], "defaults": defaults})
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 fn main() {
-    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
-        .ok()
-        .map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-        .unwrap_or_else(|| vec![500, 5000]);
-    let budget =
-        Duration::from_secs_f64(std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2.0));
+    let (sizes, budget) = variants::options();
     let registry = dapi::registry::built_in();
     println!("| servers | body bytes | filters | first call ms | engine ms (median) | added ms |");
     println!("|--------:|-----------:|---------|--------------:|-------------------:|---------:|");
@@ -64,34 +54,7 @@ fn main() {
         let mut base = None;
         for (label, filters) in variants {
             let engine = Engine::from_config(&config(filters), &registry).expect("engine");
-            // A thread of its own, so that the first call compiles the snippets there.
-            let (first, times) = std::thread::scope(|s| {
-                s.spawn(|| {
-                    let started = Instant::now();
-                    engine.allocate(&request).expect("allocates");
-                    let first = started.elapsed();
-                    let mut times = Vec::new();
-                    let begun = Instant::now();
-                    while times.len() < 5 || (begun.elapsed() < budget && times.len() < 200) {
-                        let started = Instant::now();
-                        engine.allocate(&request).expect("allocates");
-                        times.push(started.elapsed());
-                    }
-                    (first, times)
-                })
-                .join()
-                .expect("bench thread")
-            });
-            let m = median(times);
-            let added = base
-                .map_or(String::from("–"), |b: Duration| format!("{:.2}", (m.as_secs_f64() - b.as_secs_f64()) * 1e3));
-            base.get_or_insert(m);
-            println!(
-                "| {n} | {} | {label} | {:.2} | {:.2} | {added} |",
-                body.len(),
-                first.as_secs_f64() * 1e3,
-                m.as_secs_f64() * 1e3
-            );
+            variants::row(&engine, &request, body.len(), label, budget, &mut base);
         }
     }
 }
