@@ -70,12 +70,12 @@ impl Expr {
         self.run_from(req, input, None, steps).map(|(output, _)| output)
     }
 
-    /// [`Expr::run`] without steps (the plugins' reasons dropped), for a caller that needs
+    /// [`Expr::run`] without steps (the plugins' reasons not kept), for a caller that needs
     /// only the servers passed on.
     pub fn run_unrecorded(&self, req: &mut Request<'_>, input: Vec<ServerId>) -> Result<Vec<ServerId>, PluginError> {
         match self {
             Expr::Plugin(plugin) => {
-                let output = plugin.run(req, &input, &mut Reasons::default())?;
+                let output = plugin.run(req, &input, &mut Reasons::discarding())?;
                 if cfg!(debug_assertions) {
                     if let Some(broken) = broken_promise(plugin.declaration(), &input, &output) {
                         panic!("plugin contract broken: {broken}");

@@ -99,7 +99,7 @@ impl<'e> Placer<'e> {
             if kept.is_empty() {
                 break;
             }
-            kept = plugin.run(req, &kept, &mut Reasons::default())?;
+            kept = plugin.run(req, &kept, &mut Reasons::discarding())?;
         }
         // Per-server plugins keep the order of what they are given: `kept` is sorted.
         let mut next = kept.iter().peekable();
