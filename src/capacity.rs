@@ -510,7 +510,8 @@ pub fn exact(
     image: &Value,
     package: &Value,
 ) -> Result<Vec<usize>, AnswerError> {
-    exact_by(engine, raw_servers, vm, image, package, true)
+    let order = placements(engine, raw_servers, vm, image, package, true)?;
+    Ok(per_server(&order, raw_servers.len()))
 }
 
 /// [`exact`] with a whole chain run per placement: the reference the incremental placements
@@ -522,17 +523,27 @@ pub fn exact_full(
     image: &Value,
     package: &Value,
 ) -> Result<Vec<usize>, AnswerError> {
-    exact_by(engine, raw_servers, vm, image, package, false)
+    let order = placements(engine, raw_servers, vm, image, package, false)?;
+    Ok(per_server(&order, raw_servers.len()))
 }
 
-fn exact_by(
+/// How many of `order`'s placements went to each of `servers` servers.
+fn per_server(order: &[ServerId], servers: usize) -> Vec<usize> {
+    let mut counts = vec![0usize; servers];
+    order.iter().for_each(|&id| counts[id] += 1);
+    counts
+}
+
+/// The servers chosen, in order, by the placements [`exact`] (`incremental`) or
+/// [`exact_full`] makes: the two are the same.
+pub fn placements(
     engine: &Engine,
     raw_servers: &[&str],
     vm: &Value,
     image: &Value,
     package: &Value,
     incremental: bool,
-) -> Result<Vec<usize>, AnswerError> {
+) -> Result<Vec<ServerId>, AnswerError> {
     // The request is read and checked as an allocation's is (the VM as CNAPI would send it).
     let mut text = String::from("{\"servers\":[");
     for (i, raw) in raw_servers.iter().enumerate() {
@@ -556,7 +567,7 @@ fn exact_by(
     let reads_json = engine.defaults().filter_owner_server.truthy()
         || names.iter().any(|n| !registry.iter().any(|p| p.name() == *n));
     let raw = if reads_json { raw } else { Vec::new() };
-    let mut counts = vec![0usize; servers.len()];
+    let mut order = Vec::new();
     let mut dc = Datacenter::new(servers, raw);
     let request = VmRequest {
         vm: &body.vm,
@@ -571,9 +582,9 @@ fn exact_by(
         for n in 0..EXACT_MAX {
             let chosen = placer.place(&mut dc, &request, &uuid(n)).map_err(|e| AnswerError::Internal(e.to_string()))?;
             let Some(id) = chosen else { break };
-            counts[id] += 1;
+            order.push(id);
         }
-        return Ok(counts);
+        return Ok(order);
     }
     // A server removed by one of the chain's leading per-server filters stays removed as
     // VMs are placed (those filters do not see the placement, or only see room shrink), and
@@ -603,7 +614,7 @@ fn exact_by(
             .place_among(&mut dc, &request, &uuid(n), candidates.clone())
             .map_err(|e| AnswerError::Internal(e.to_string()))?;
         let Some(id) = allocation.chosen else { break };
-        counts[id] += 1;
+        order.push(id);
         // The steps of the leading filters, in order: what the last of them kept goes on.
         let leading = allocation.steps.iter().take_while(|s| prunable.contains(&s.plugin)).count();
         if leading == prunable.len() && leading > 0 {
@@ -612,7 +623,7 @@ fn exact_by(
             candidates.retain(|&id| offered[id]);
         }
     }
-    Ok(counts)
+    Ok(order)
 }
 
 /// Servers in a totals group: count, free and total (CPU units, MiB, MiB), why left out.

@@ -305,6 +305,8 @@ fn generated(seed: u64, count: u64) -> Vec<Value> {
             "reserved": x == 5,
             "reservation_ratio": reservation,
             "disk_pool_size_bytes": (200.0 + 150.0 * (x % 4) as f64) * GIB,
+            "current_platform": format!("2023{:02}01T000000Z", 1 + x % 3),
+            "next_reboot": if x % 3 == 1 { json!(format!("2030-0{}-01T00:00:00.000Z", 1 + x % 4)) } else { json!(null) },
         });
         servers.push(server(&uuid, 1 + (x as u32 % 6), 6.0 + x as f64 * 3.0, changes));
     }
@@ -328,7 +330,8 @@ fn engine_with(chain: Option<Value>, defaults: Value) -> Engine {
 #[test]
 fn incremental_exact_places_as_full_runs_do() {
     let default_chain = || {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
         serde_json::from_str::<Value>(&text).expect("JSON")["allocationDescription"].clone()
     };
     let mut with_min_disk = default_chain();
@@ -336,11 +339,33 @@ fn incremental_exact_places_as_full_runs_do() {
     let at = chain.iter().position(|p| p == "hard-filter-min-cpu").expect("min-cpu") + 1;
     chain.insert(at, json!("hard-filter-min-disk"));
     // Per-server plugins after ones that compare servers: the latter end the kept part.
-    let interleaved = json!(["pipe", "hard-filter-setup", "hard-filter-running", ["or", "hard-filter-large-servers", "identity"],
-        "override-overprovisioning", "calculate-server-unreserved", "hard-filter-min-ram", "hard-filter-vm-count",
-        "soft-filter-locality-hints", "score-unreserved-disk", "score-num-owner-zones", "score-uniform-random"]);
-    let scorers_only = json!(["pipe", "calculate-server-unreserved", "hard-filter-min-ram", "score-unreserved-ram",
-        "score-next-reboot", "score-current-platform"]);
+    let interleaved = json!([
+        "pipe",
+        "hard-filter-setup",
+        "hard-filter-running",
+        ["or", "hard-filter-large-servers", "identity"],
+        "override-overprovisioning",
+        "calculate-server-unreserved",
+        "hard-filter-min-ram",
+        "hard-filter-vm-count",
+        "soft-filter-locality-hints",
+        "score-unreserved-disk",
+        "score-num-owner-zones",
+        "score-next-reboot",
+        "score-current-platform",
+        "score-uniform-random"
+    ]);
+    // List-only scorers after others, given a list reordered at each placement.
+    let scorers_only = json!([
+        "pipe",
+        "calculate-server-unreserved",
+        "hard-filter-min-ram",
+        "score-unreserved-ram",
+        ["or", "hard-filter-large-servers", "identity"],
+        "score-next-reboot",
+        "score-current-platform",
+        "score-unreserved-disk"
+    ]);
     let engines = [
         ("default", engine_with(None, json!({}))),
         ("min-disk, vm limit", engine_with(Some(with_min_disk), json!({"filter_vm_limit": 7}))),
@@ -378,14 +403,22 @@ fn incremental_exact_places_as_full_runs_do() {
                 for (p, package) in packages.iter().enumerate() {
                     let vm = dapi::capacity::vm_of(template, package);
                     let image = json!({"image_size": 10240});
-                    let full = dapi::capacity::exact_full(engine, &raw, &vm, &image, package);
-                    let incremental = dapi::capacity::exact(engine, &raw, &vm, &image, package);
+                    let case = format!("{name}, seed {seed}, template {t}, package {p}");
+                    // The same servers chosen in the same order, so the same counts.
+                    let full = dapi::capacity::placements(engine, &raw, &vm, &image, package, false);
+                    let incremental = dapi::capacity::placements(engine, &raw, &vm, &image, package, true);
                     let (full, incremental) = match (full, incremental) {
                         (Ok(f), Ok(i)) => (f, i),
-                        (f, i) => panic!("{name}, seed {seed}, template {t}, package {p}: {f:?} / {i:?}"),
+                        (f, i) => panic!("{case}: {f:?} / {i:?}"),
                     };
-                    assert_eq!(incremental, full, "{name}, seed {seed}, template {t}, package {p}");
-                    placed += full.iter().sum::<usize>();
+                    assert_eq!(incremental, full, "{case}");
+                    let counts = dapi::capacity::exact(engine, &raw, &vm, &image, package).expect("counted");
+                    assert_eq!(
+                        counts,
+                        dapi::capacity::exact_full(engine, &raw, &vm, &image, package).expect("counted")
+                    );
+                    assert_eq!(counts.iter().sum::<usize>(), full.len(), "{case}");
+                    placed += full.len();
                 }
             }
         }

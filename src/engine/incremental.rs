@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use super::context::{Request, RequestWrites, ServerId, ServerState};
 use super::datacenter::{Datacenter, PlaceError, ProvisionedVm, VmRequest};
 use super::expr::Expr;
-use super::plugin::{Plugin, PluginError};
+use super::plugin::{Kind, Plugin, PluginError};
 use super::reasons::Reasons;
 use super::{select, Engine};
 
@@ -35,7 +35,15 @@ enum Memo {
 /// The chain split where the first plugin that compares servers stands.
 struct Split {
     per_server: Vec<Arc<dyn Plugin>>,
-    rest: Expr,
+    /// The top-level elements after them.
+    rest: Vec<Expr>,
+}
+
+/// A list-only scorer's increments ([`Declaration::list_only`](super::plugin::Declaration::list_only))
+/// for the list it was last given.
+struct Increments {
+    input: Vec<ServerId>,
+    deltas: Vec<f64>,
 }
 
 /// Places VMs of one request into a [`Datacenter`] one after another (see the module).
@@ -46,11 +54,13 @@ pub struct Placer<'e> {
     /// What the per-server part wrote for the request as a whole, from the first run (the
     /// same whatever servers it is given, see `Declaration::per_server`).
     writes: Option<RequestWrites>,
+    /// Per element of the rest of the chain, a list-only scorer's last increments.
+    increments: Vec<Option<Increments>>,
 }
 
 impl<'e> Placer<'e> {
     pub fn new(engine: &'e Engine) -> Placer<'e> {
-        Placer { engine, split: None, memo: Vec::new(), writes: None }
+        Placer { engine, split: None, memo: Vec::new(), writes: None, increments: Vec::new() }
     }
 
     /// Runs the chain for `request` on the datacenter as it is and lists the VM (as `uuid`)
@@ -70,8 +80,15 @@ impl<'e> Placer<'e> {
                 None => StdRng::from_entropy(),
             };
             let servers = dc.servers();
-            let mut req =
-                Request::new(servers, request.vm, request.image, request.package, request.tickets, &engine.defaults, rng);
+            let mut req = Request::new(
+                servers,
+                request.vm,
+                request.image,
+                request.package,
+                request.tickets,
+                &engine.defaults,
+                rng,
+            );
             req.share_lookups(dc.lookups());
             let raw_servers = dc.raw_servers();
             req.raw_servers = &raw_servers;
@@ -121,17 +138,58 @@ impl<'e> Placer<'e> {
                 survivors.push(id);
             }
         }
-        if survivors.is_empty() {
-            return Ok(survivors);
+        self.increments.resize_with(split.rest.len(), || None);
+        let mut current = survivors;
+        for (item, increments) in split.rest.iter().zip(&mut self.increments) {
+            if current.is_empty() {
+                break;
+            }
+            current = match item {
+                Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
+                    score(p.as_ref(), req, current, increments)?
+                }
+                _ => item.run_unrecorded(req, current)?,
+            };
         }
-        split.rest.run_unrecorded(req, survivors)
+        Ok(current)
     }
+}
+
+/// Runs a list-only scorer on `servers`, or adds its increments again when it was last given
+/// the same list. Its increments are taken by running it from scores of 0 (`0 + x` is `x`),
+/// then added to the scores as it adds them (`score + x`, one addition per server).
+fn score(
+    plugin: &dyn Plugin,
+    req: &mut Request<'_>,
+    servers: Vec<ServerId>,
+    increments: &mut Option<Increments>,
+) -> Result<Vec<ServerId>, PluginError> {
+    // Scorers refuse a NaN score before theirs: run as is, to fail as it fails.
+    if servers.iter().any(|&id| req.state(id).score.is_nan()) {
+        return plugin.run(req, &servers, &mut Reasons::discarding());
+    }
+    let known = increments.as_ref().is_some_and(|i| i.input == servers);
+    if !known {
+        let before: Vec<f64> = servers.iter().map(|&id| req.state(id).score).collect();
+        servers.iter().for_each(|&id| req.set_score(id, 0.0));
+        plugin.run(req, &servers, &mut Reasons::discarding())?;
+        let deltas = servers.iter().map(|&id| req.state(id).score).collect();
+        servers.iter().zip(before).for_each(|(&id, score)| req.set_score(id, score));
+        *increments = Some(Increments { input: servers.clone(), deltas });
+    }
+    if let Some(known) = increments {
+        for (&id, delta) in servers.iter().zip(&known.deltas) {
+            req.set_score(id, req.state(id).score + delta);
+        }
+    }
+    // A scorer passes its list on unchanged.
+    Ok(servers)
 }
 
 /// The chain's leading per-server plugins (for this request) and what follows them.
 fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
     let Expr::Pipe(items) = chain else {
-        return Split { per_server: Vec::new(), rest: chain.clone() };
+        return Split { per_server: Vec::new(), rest: vec![chain.clone()] };
     };
     let leading = items.iter().take_while(|e| matches!(e, Expr::Plugin(p) if p.per_server(req))).count();
     let per_server = items[..leading]
@@ -141,5 +199,5 @@ fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
             _ => None,
         })
         .collect();
-    Split { per_server, rest: Expr::Pipe(items[leading..].to_vec()) }
+    Split { per_server, rest: items[leading..].to_vec() }
 }

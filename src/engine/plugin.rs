@@ -92,12 +92,22 @@ pub struct Declaration {
     /// ([`Placer`](super::incremental::Placer)). Every [`ServerFilter`] is per-server by
     /// construction.
     pub per_server: bool,
+    /// A scorer whose increment for each server (one per server) depends only on the
+    /// request and the list of servers given (their order and their fixed facts: not their
+    /// states, scores or VMs): a caller placing VMs one after another may add the same
+    /// increments again while the list stays the same ([`Placer`](super::incremental::Placer)).
+    pub list_only: bool,
 }
 
 impl Declaration {
     /// A plugin that reads and writes nothing of the working set and keeps the order.
     pub const fn new(name: &'static str, kind: Kind, step: &'static str) -> Declaration {
-        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false, per_server: false }
+        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false, per_server: false, list_only: false }
+    }
+
+    pub const fn list_only(mut self) -> Declaration {
+        self.list_only = true;
+        self
     }
 
     pub const fn per_server(mut self) -> Declaration {
