@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::answer::AnswerError;
 use crate::engine::context::PackageState;
-use crate::engine::{Datacenter, Engine, Expr, Request, ServerId, Shortfall, Unreserved, VmRequest};
+use crate::engine::{Datacenter, Engine, Expr, Placer, Request, ServerId, Shortfall, Unreserved, VmRequest};
 use crate::js::{num_to_json, write_num_json, write_uint_json, Js};
 use crate::model::{Image, Package, Server, VmPayload};
 use crate::plugins::shared::unreserved::{is_hvm_brand, ratio_or_one, MIB, POOL_USABLE_RATIO};
@@ -501,7 +501,8 @@ pub fn count(
 
 /// Exact count: allocations one after the other with the whole chain in an engine
 /// [`Datacenter`], each VM listed on the server chosen for it (as a batch places them), until
-/// none fits. Per server.
+/// none fits. Per server. The chain's leading per-server part is re-run only for the server
+/// that got the last VM ([`Placer`]); the choices are those of [`exact_full`].
 pub fn exact(
     engine: &Engine,
     raw_servers: &[&str],
@@ -509,6 +510,40 @@ pub fn exact(
     image: &Value,
     package: &Value,
 ) -> Result<Vec<usize>, AnswerError> {
+    let order = placements(engine, raw_servers, vm, image, package, true)?;
+    Ok(per_server(&order, raw_servers.len()))
+}
+
+/// [`exact`] with a whole chain run per placement: the reference the incremental placements
+/// are checked against.
+pub fn exact_full(
+    engine: &Engine,
+    raw_servers: &[&str],
+    vm: &Value,
+    image: &Value,
+    package: &Value,
+) -> Result<Vec<usize>, AnswerError> {
+    let order = placements(engine, raw_servers, vm, image, package, false)?;
+    Ok(per_server(&order, raw_servers.len()))
+}
+
+/// How many of `order`'s placements went to each of `servers` servers.
+fn per_server(order: &[ServerId], servers: usize) -> Vec<usize> {
+    let mut counts = vec![0usize; servers];
+    order.iter().for_each(|&id| counts[id] += 1);
+    counts
+}
+
+/// The servers chosen, in order, by the placements [`exact`] (`incremental`) or
+/// [`exact_full`] makes: the two are the same.
+pub fn placements(
+    engine: &Engine,
+    raw_servers: &[&str],
+    vm: &Value,
+    image: &Value,
+    package: &Value,
+    incremental: bool,
+) -> Result<Vec<ServerId>, AnswerError> {
     // The request is read and checked as an allocation's is (the VM as CNAPI would send it).
     let mut text = String::from("{\"servers\":[");
     for (i, raw) in raw_servers.iter().enumerate() {
@@ -532,7 +567,7 @@ pub fn exact(
     let reads_json = engine.defaults().filter_owner_server.truthy()
         || names.iter().any(|n| !registry.iter().any(|p| p.name() == *n));
     let raw = if reads_json { raw } else { Vec::new() };
-    let mut counts = vec![0usize; servers.len()];
+    let mut order = Vec::new();
     let mut dc = Datacenter::new(servers, raw);
     let request = VmRequest {
         vm: &body.vm,
@@ -541,6 +576,16 @@ pub fn exact(
         tickets: &body.tickets,
         seed: Some(1),
     };
+    let uuid = |n: usize| format!("00000000-0000-4000-9000-{n:012x}");
+    if incremental {
+        let mut placer = Placer::new(engine);
+        for n in 0..EXACT_MAX {
+            let chosen = placer.place(&mut dc, &request, &uuid(n)).map_err(|e| AnswerError::Internal(e.to_string()))?;
+            let Some(id) = chosen else { break };
+            order.push(id);
+        }
+        return Ok(order);
+    }
     // A server removed by one of the chain's leading per-server filters stays removed as
     // VMs are placed (those filters do not see the placement, or only see room shrink), and
     // nothing before them compares servers: later placements need not offer it again.
@@ -565,12 +610,11 @@ pub fn exact(
     let mut candidates: Vec<ServerId> = (0..dc.servers().len()).collect();
     let mut offered = vec![false; dc.servers().len()];
     for n in 0..EXACT_MAX {
-        let uuid = format!("00000000-0000-4000-9000-{n:012x}");
         let allocation = engine
-            .place_among(&mut dc, &request, &uuid, candidates.clone())
+            .place_among(&mut dc, &request, &uuid(n), candidates.clone())
             .map_err(|e| AnswerError::Internal(e.to_string()))?;
         let Some(id) = allocation.chosen else { break };
-        counts[id] += 1;
+        order.push(id);
         // The steps of the leading filters, in order: what the last of them kept goes on.
         let leading = allocation.steps.iter().take_while(|s| prunable.contains(&s.plugin)).count();
         if leading == prunable.len() && leading > 0 {
@@ -579,7 +623,7 @@ pub fn exact(
             candidates.retain(|&id| offered[id]);
         }
     }
-    Ok(counts)
+    Ok(order)
 }
 
 /// Servers in a totals group: count, free and total (CPU units, MiB, MiB), why left out.

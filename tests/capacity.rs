@@ -281,3 +281,148 @@ fn the_cli_prints_a_table_or_the_json_answer() {
     assert_eq!(answer["packages"].as_array().map(Vec::len), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A generated datacenter: RAM, cores, disk, reservations, VMs (two owners, some tagged and
+/// aliased) varied by `seed`.
+fn generated(seed: u64, count: u64) -> Vec<Value> {
+    let mut servers = Vec::new();
+    for i in 0..count {
+        let x = (seed * 37 + i * 13 + seed * i) % 17;
+        let vms: serde_json::Map<String, Value> = (0..(x as usize % 5))
+            .map(|n| {
+                let (uuid, mut vm) = vm(1000 * i as usize + n);
+                if n % 2 == 1 {
+                    vm["owner_uuid"] = json!("00000000-0000-4000-8000-000000000001");
+                    vm["alias"] = json!(format!("web{n}"));
+                }
+                (uuid, vm)
+            })
+            .collect();
+        let uuid = format!("{:08x}-0000-4000-8000-{:012x}", seed + 1, i);
+        let reservation = [0.15, 0.25, 0.1][x as usize % 3];
+        let changes = json!({
+            "vms": vms,
+            "reserved": x == 5,
+            "reservation_ratio": reservation,
+            "disk_pool_size_bytes": (200.0 + 150.0 * (x % 4) as f64) * GIB,
+            "current_platform": format!("2023{:02}01T000000Z", 1 + x % 3),
+            "next_reboot": if x % 3 == 1 { json!(format!("2030-0{}-01T00:00:00.000Z", 1 + x % 4)) } else { json!(null) },
+        });
+        servers.push(server(&uuid, 1 + (x as u32 % 6), 6.0 + x as f64 * 3.0, changes));
+    }
+    servers
+}
+
+/// The engine of `config/default.json` with `chain` in place of its description when given,
+/// and `defaults` laid over its defaults.
+fn engine_with(chain: Option<Value>, defaults: Value) -> Engine {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+    let mut config: Value = serde_json::from_str(&text).expect("JSON");
+    if let Some(chain) = chain {
+        config["allocationDescription"] = chain;
+    }
+    for (k, v) in defaults.as_object().expect("object") {
+        config["defaults"][k] = v.clone();
+    }
+    Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
+}
+
+#[test]
+fn incremental_exact_places_as_full_runs_do() {
+    let default_chain = || {
+        let text =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+        serde_json::from_str::<Value>(&text).expect("JSON")["allocationDescription"].clone()
+    };
+    let mut with_min_disk = default_chain();
+    let chain = with_min_disk.as_array_mut().expect("chain");
+    let at = chain.iter().position(|p| p == "hard-filter-min-cpu").expect("min-cpu") + 1;
+    chain.insert(at, json!("hard-filter-min-disk"));
+    // Per-server plugins after ones that compare servers: the latter end the kept part.
+    let interleaved = json!([
+        "pipe",
+        "hard-filter-setup",
+        "hard-filter-running",
+        ["or", "hard-filter-large-servers", "identity"],
+        "override-overprovisioning",
+        "calculate-server-unreserved",
+        "hard-filter-min-ram",
+        "hard-filter-vm-count",
+        "soft-filter-locality-hints",
+        "score-unreserved-disk",
+        "score-num-owner-zones",
+        "score-next-reboot",
+        "score-current-platform",
+        "score-uniform-random"
+    ]);
+    // List-only scorers after others, given a list reordered at each placement.
+    let scorers_only = json!([
+        "pipe",
+        "calculate-server-unreserved",
+        "hard-filter-min-ram",
+        "score-unreserved-ram",
+        ["or", "hard-filter-large-servers", "identity"],
+        "score-next-reboot",
+        "score-current-platform",
+        "score-unreserved-disk"
+    ]);
+    let engines = [
+        ("default", engine_with(None, json!({}))),
+        ("min-disk, vm limit", engine_with(Some(with_min_disk), json!({"filter_vm_limit": 7}))),
+        (
+            "spread",
+            engine_with(
+                None,
+                json!({"weight_num_owner_zones": 2, "weight_uniform_random": 1, "weight_unreserved_ram": -1,
+                    "filter_large_servers": false, "overprovision_ratio_ram": 1.5}),
+            ),
+        ),
+        ("interleaved", engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1}))),
+        ("scorers only", engine_with(Some(scorers_only), json!({}))),
+    ];
+    let templates = [
+        json!({}),
+        json!({"owner_uuid": "00000000-0000-4000-8000-000000000001", "alias": "web9"}),
+        // Far from one VM (soft), and from the owner's web VMs, placed ones included.
+        json!({"owner_uuid": "00000000-0000-4000-8000-000000000001", "alias": "web9",
+            "locality": {"far": ["00000000-0000-4000-8000-000000001000"], "strict": false},
+            "affinity": [{"key": "instance", "operator": "!=", "value": "web*", "valueType": "glob", "isSoft": true}]}),
+        json!({"brand": "kvm"}),
+    ];
+    let packages = [
+        json!({"max_physical_memory": 2048, "quota": 20480, "cpu_cap": 100}),
+        json!({"max_physical_memory": 4096, "quota": 51200, "cpu_cap": 200, "overprovision_memory": 1.5}),
+        json!({"max_physical_memory": 1024, "quota": 10240}),
+    ];
+    let mut placed = 0;
+    for seed in 0..3u64 {
+        let servers: Vec<String> = generated(seed, 14).iter().map(Value::to_string).collect();
+        let raw: Vec<&str> = servers.iter().map(String::as_str).collect();
+        for (name, engine) in &engines {
+            for (t, template) in templates.iter().enumerate() {
+                for (p, package) in packages.iter().enumerate() {
+                    let vm = dapi::capacity::vm_of(template, package);
+                    let image = json!({"image_size": 10240});
+                    let case = format!("{name}, seed {seed}, template {t}, package {p}");
+                    // The same servers chosen in the same order, so the same counts.
+                    let full = dapi::capacity::placements(engine, &raw, &vm, &image, package, false);
+                    let incremental = dapi::capacity::placements(engine, &raw, &vm, &image, package, true);
+                    let (full, incremental) = match (full, incremental) {
+                        (Ok(f), Ok(i)) => (f, i),
+                        (f, i) => panic!("{case}: {f:?} / {i:?}"),
+                    };
+                    assert_eq!(incremental, full, "{case}");
+                    let counts = dapi::capacity::exact(engine, &raw, &vm, &image, package).expect("counted");
+                    assert_eq!(
+                        counts,
+                        dapi::capacity::exact_full(engine, &raw, &vm, &image, package).expect("counted")
+                    );
+                    assert_eq!(counts.iter().sum::<usize>(), full.len(), "{case}");
+                    placed += full.len();
+                }
+            }
+        }
+    }
+    // The datacenters have room: the comparison is over many placements.
+    assert!(placed > 5000, "{placed} VMs placed");
+}

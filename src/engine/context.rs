@@ -87,6 +87,16 @@ impl<'r> PackageState<'r> {
     }
 }
 
+/// What plugins write for the request as a whole rather than for a server (the VM's CPU
+/// cap and locality, the package's ratios), to be carried from one run to another.
+#[derive(Debug, Clone)]
+pub struct RequestWrites {
+    vm_cpu_cap: Js,
+    vm_locality: Js,
+    /// CPU, RAM, disk, I/O and network ratios of the package, when there is one.
+    package_ratios: Option<[Js; 5]>,
+}
+
 /// Look-ups built on first use from the servers, kept by a
 /// [`Datacenter`](super::datacenter::Datacenter) across the allocations it runs (and kept
 /// current as it lists VMs) instead of being built again by each.
@@ -287,6 +297,39 @@ impl<'r> Request<'r> {
         self.state
     }
 
+    /// Server `id`'s state as an earlier run left it (see
+    /// [`Placer`](super::incremental::Placer)).
+    pub fn set_state(&mut self, id: ServerId, state: ServerState) {
+        self.state[id] = state;
+    }
+
+    /// What plugins have written for the request as a whole so far.
+    pub fn request_writes(&self) -> RequestWrites {
+        let package_ratios = self.package.as_ref().map(|p| {
+            [
+                p.overprovision_cpu.clone(),
+                p.overprovision_ram.clone(),
+                p.overprovision_disk.clone(),
+                p.overprovision_io.clone(),
+                p.overprovision_net.clone(),
+            ]
+        });
+        RequestWrites { vm_cpu_cap: self.vm_cpu_cap.clone(), vm_locality: self.vm_locality.clone(), package_ratios }
+    }
+
+    /// Puts back what [`Request::request_writes`] took (from a run of the same request).
+    pub fn restore_request_writes(&mut self, writes: &RequestWrites) {
+        self.vm_cpu_cap = writes.vm_cpu_cap.clone();
+        self.vm_locality = writes.vm_locality.clone();
+        if let (Some(p), Some([cpu, ram, disk, io, net])) = (self.package.as_mut(), &writes.package_ratios) {
+            p.overprovision_cpu = cpu.clone();
+            p.overprovision_ram = ram.clone();
+            p.overprovision_disk = disk.clone();
+            p.overprovision_io = io.clone();
+            p.overprovision_net = net.clone();
+        }
+    }
+
     /// Direct access for tests that set up a state mid-chain.
     #[cfg(test)]
     pub fn states_mut(&mut self) -> &mut [ServerState] {
@@ -382,8 +425,10 @@ impl<'r> Request<'r> {
     /// Whether the server has a VM (inline or ticketed) whose `owner_uuid` is `owner`.
     pub fn hosts_vm_of(&self, id: ServerId, owner: &str) -> bool {
         let server = &self.servers[id];
+        // Newest first: VMs placed one after another (a batch, exact capacity) are listed
+        // last, and are often the owner's; the answer is the same either way.
         let inline =
-            server.vm_summary().may_be_owned_by(owner) && server.inline_vms().any(|(_, vm)| vm.owned_by(owner));
+            server.vm_summary().may_be_owned_by(owner) && server.inline_vms().rev().any(|(_, vm)| vm.owned_by(owner));
         inline || self.state[id].ticket_vms.iter().any(|(_, vm)| vm.owned_by(owner))
     }
 

@@ -232,6 +232,11 @@ impl<'a> Datacenter<'a> {
         }
     }
 
+    /// The look-ups kept across the allocations run on the datacenter.
+    pub fn lookups(&self) -> &Lookups {
+        &self.lookups
+    }
+
     pub fn servers(&self) -> &[Server<'a>] {
         &self.servers
     }

@@ -70,6 +70,42 @@ impl Expr {
         self.run_from(req, input, None, steps).map(|(output, _)| output)
     }
 
+    /// [`Expr::run`] without steps (the plugins' reasons not kept), for a caller that needs
+    /// only the servers passed on.
+    pub fn run_unrecorded(&self, req: &mut Request<'_>, input: Vec<ServerId>) -> Result<Vec<ServerId>, PluginError> {
+        match self {
+            Expr::Plugin(plugin) => {
+                let output = plugin.run(req, &input, &mut Reasons::discarding())?;
+                if cfg!(debug_assertions) {
+                    if let Some(broken) = broken_promise(plugin.declaration(), &input, &output) {
+                        panic!("plugin contract broken: {broken}");
+                    }
+                }
+                Ok(output)
+            }
+            Expr::Pipe(items) => {
+                let mut current = input;
+                for item in items {
+                    if current.is_empty() {
+                        break;
+                    }
+                    current = item.run_unrecorded(req, current)?;
+                }
+                Ok(current)
+            }
+            Expr::Or(items) => {
+                let mut output = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 && !output.is_empty() {
+                        break;
+                    }
+                    output = item.run_unrecorded(req, input.clone())?;
+                }
+                Ok(output)
+            }
+        }
+    }
+
     /// [`Expr::run`] on a list that is the `remaining` of step `source` (`None`: the servers
     /// received); returns the output and the step it is the `remaining` of.
     fn run_from(

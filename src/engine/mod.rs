@@ -8,6 +8,7 @@ pub mod context;
 pub mod datacenter;
 pub mod defaults;
 pub mod expr;
+pub mod incremental;
 pub mod parallel;
 pub mod plugin;
 pub mod reasons;
@@ -25,6 +26,7 @@ pub use context::{Lookups, Note, NoteKind, Recorder, Request, ServerId, ServerSt
 pub use datacenter::{Datacenter, DatacenterError, PlaceError, Placement, ProvisionedVm, VmRequest};
 pub use defaults::Defaults;
 pub use expr::Expr;
+pub use incremental::Placer;
 pub use plugin::{
     keep_passing, Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict,
 };

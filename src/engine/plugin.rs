@@ -83,12 +83,36 @@ pub struct Declaration {
     /// reorders what it keeps, or a custom plugin, whose list the original passed on
     /// whatever its kind (a [`Kind`] otherwise promises its order, or the list unchanged).
     pub reorders: bool,
+    /// What the plugin does to a server (keeps, removes, writes its state) depends only on
+    /// the request and that server (with what earlier plugins wrote for it), never on the
+    /// other servers given or on the rng, and what it writes beyond the servers' states is
+    /// the same whatever servers it is given: running it on one server alone does to that
+    /// server what running it on the whole list does. Lets a caller placing VMs one after
+    /// another keep each server's outcome and re-run only the server that changed
+    /// ([`Placer`](super::incremental::Placer)). Every [`ServerFilter`] is per-server by
+    /// construction.
+    pub per_server: bool,
+    /// A scorer whose increment for each server (one per server) depends only on the
+    /// request and the list of servers given (their order and their fixed facts: not their
+    /// states, scores or VMs): a caller placing VMs one after another may add the same
+    /// increments again while the list stays the same ([`Placer`](super::incremental::Placer)).
+    pub list_only: bool,
 }
 
 impl Declaration {
     /// A plugin that reads and writes nothing of the working set and keeps the order.
     pub const fn new(name: &'static str, kind: Kind, step: &'static str) -> Declaration {
-        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false }
+        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false, per_server: false, list_only: false }
+    }
+
+    pub const fn list_only(mut self) -> Declaration {
+        self.list_only = true;
+        self
+    }
+
+    pub const fn per_server(mut self) -> Declaration {
+        self.per_server = true;
+        self
     }
 
     pub const fn reads(mut self, data: &'static [Data]) -> Declaration {
@@ -133,6 +157,12 @@ pub trait Plugin: Sync + Send {
 
     fn name(&self) -> &'static str {
         self.declaration().name
+    }
+
+    /// Whether the plugin is per-server (see [`Declaration::per_server`]) for this request:
+    /// a plugin that compares servers only for some requests says so here.
+    fn per_server(&self, _req: &Request<'_>) -> bool {
+        self.declaration().per_server
     }
 }
 
@@ -221,6 +251,10 @@ impl<F: ServerFilter> Plugin for F {
             PreFilter::PassAll => return Ok(servers.to_vec()),
         };
         Ok(keep_passing(req, servers, reasons, F::PARALLEL, |req, id| self.filter(req, &prepared, id)))
+    }
+
+    fn per_server(&self, _req: &Request<'_>) -> bool {
+        true
     }
 }
 

@@ -301,11 +301,23 @@ pub struct Reasons {
     entries: Vec<Entry>,
     /// Entry index per canonical server (`NO_SLOT` for none), sized on the first server key.
     slots: Vec<u32>,
+    /// Reasons that nobody will read are not kept (see [`Reasons::discarding`]).
+    discard: bool,
 }
 
 impl Reasons {
+    /// Reasons that keep nothing set on them: for a run whose steps nobody reads (placing
+    /// VMs one after another), where storing one reason per server and plugin is most of
+    /// the cost of the cheap plugins.
+    pub fn discarding() -> Reasons {
+        Reasons { discard: true, ..Reasons::default() }
+    }
+
     /// Sets a reason; a repeated key keeps its first position, as in a JS object.
     pub fn set<'k>(&mut self, key: impl Into<ReasonKey<'k>>, message: impl Into<Msg>) {
+        if self.discard {
+            return;
+        }
         let msg = message.into();
         match key.into() {
             ReasonKey::Server(k) => {

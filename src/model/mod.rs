@@ -110,7 +110,7 @@ impl<'a> Server<'a> {
 
     /// The VMs sent inline; a missing, null or array `vms` reads as no VMs, and an entry
     /// that is not an object as a VM without fields.
-    pub fn inline_vms(&self) -> impl Iterator<Item = (&str, &ServerVm<'a>)> + Clone {
+    pub fn inline_vms(&self) -> impl DoubleEndedIterator<Item = (&str, &ServerVm<'a>)> + Clone {
         let entries = self.vms.as_obj().map_or(&[][..], VmMap::as_slice);
         entries.iter().map(|(k, v)| (&**k, v.as_obj().unwrap_or(&EMPTY_VM)))
     }

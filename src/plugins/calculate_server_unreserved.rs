@@ -15,7 +15,8 @@ pub struct CalculateServerUnreserved;
 static DECLARATION: Declaration =
     Declaration::new("calculate-server-unreserved", Kind::Transform, "Calculate unreserved resources on each server")
         .reads(&[Data::Ratios, Data::TicketVms])
-        .writes(&[Data::Ratios, Data::Unreserved]);
+        .writes(&[Data::Ratios, Data::Unreserved])
+        .per_server();
 
 impl Plugin for CalculateServerUnreserved {
     fn declaration(&self) -> &'static Declaration {

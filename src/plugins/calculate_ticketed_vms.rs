@@ -23,7 +23,8 @@ pub struct CalculateTicketedVms;
 
 static DECLARATION: Declaration =
     Declaration::new("calculate-ticketed-vms", Kind::Transform, "Add VMs which have open provisioning tickets")
-        .writes(&[Data::TicketVms]);
+        .writes(&[Data::TicketVms])
+        .per_server();
 
 impl Plugin for CalculateTicketedVms {
     fn declaration(&self) -> &'static Declaration {

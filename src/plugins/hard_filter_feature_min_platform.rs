@@ -17,7 +17,8 @@ static DECLARATION: Declaration = Declaration::new(
     "hard-filter-feature-min-platform",
     Kind::HardFilter,
     "Servers which meet various features' platform requirements",
-);
+)
+.per_server();
 
 impl Plugin for HardFilterFeatureMinPlatform {
     fn declaration(&self) -> &'static Declaration {

@@ -15,7 +15,8 @@ pub struct HardFilterMinCpu;
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-min-cpu", Kind::HardFilter, "Servers with enough unreserved CPU")
         .reads(&[Data::CpuCap, Data::Ratios, Data::Unreserved])
-        .writes(&[Data::CpuCap]);
+        .writes(&[Data::CpuCap])
+        .per_server();
 
 impl Plugin for HardFilterMinCpu {
     fn declaration(&self) -> &'static Declaration {

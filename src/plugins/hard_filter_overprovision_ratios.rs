@@ -37,7 +37,8 @@ static DECLARATION: Declaration = Declaration::new(
     Kind::HardFilter,
     "Servers with same overprovision ratios as requested VM",
 )
-.reads(&[Data::Ratios]);
+.reads(&[Data::Ratios])
+.per_server();
 
 impl Plugin for HardFilterOverprovisionRatios {
     fn declaration(&self) -> &'static Declaration {

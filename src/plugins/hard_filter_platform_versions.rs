@@ -17,7 +17,8 @@ static DECLARATION: Declaration = Declaration::new(
     "hard-filter-platform-versions",
     Kind::HardFilter,
     "Servers which meet image manifest and package platform requirements",
-);
+)
+.per_server();
 
 impl Plugin for HardFilterPlatformVersions {
     fn declaration(&self) -> &'static Declaration {

@@ -24,7 +24,8 @@ pub struct HardFilterVlans;
 
 static DECLARATION: Declaration =
     Declaration::new("hard-filter-vlans", Kind::HardFilter, "Servers supporting required NIC Tags")
-        .writes(&[Data::NicNames]);
+        .writes(&[Data::NicNames])
+        .per_server();
 
 impl Plugin for HardFilterVlans {
     fn declaration(&self) -> &'static Declaration {

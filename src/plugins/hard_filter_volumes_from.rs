@@ -20,6 +20,13 @@ impl Plugin for HardFilterVolumesFrom {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
+
+    /// A VM taking no volumes passes every server on; otherwise the first holder is kept,
+    /// which depends on the other servers.
+    fn per_server(&self, req: &Request<'_>) -> bool {
+        let vm = req.vm;
+        !vm.docker.truthy() || !vm.internal_metadata.truthy() || vm.volumes_from.as_deref().is_none_or(<[_]>::is_empty)
+    }
     fn run(
         &self,
         req: &mut Request<'_>,

@@ -4,7 +4,7 @@ use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, Se
 
 pub struct Identity;
 
-static DECLARATION: Declaration = Declaration::new("identity", Kind::Transform, "Identity function");
+static DECLARATION: Declaration = Declaration::new("identity", Kind::Transform, "Identity function").per_server();
 
 impl Plugin for Identity {
     fn declaration(&self) -> &'static Declaration {

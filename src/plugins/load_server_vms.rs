@@ -6,7 +6,7 @@ use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, Se
 pub struct LoadServerVms;
 
 static DECLARATION: Declaration =
-    Declaration::new("load-server-vms", Kind::Transform, "Load info about all VMs for each server");
+    Declaration::new("load-server-vms", Kind::Transform, "Load info about all VMs for each server").per_server();
 
 impl Plugin for LoadServerVms {
     fn declaration(&self) -> &'static Declaration {

@@ -9,7 +9,8 @@ pub struct OverrideOverprovisioning;
 
 static DECLARATION: Declaration =
     Declaration::new("override-overprovisioning", Kind::Transform, "Force overprovisioning to fixed values")
-        .writes(&[Data::Ratios]);
+        .writes(&[Data::Ratios])
+        .per_server();
 
 impl Plugin for OverrideOverprovisioning {
     fn declaration(&self) -> &'static Declaration {

@@ -22,7 +22,8 @@ pub struct ScoreCurrentPlatform;
 
 static DECLARATION: Declaration =
     Declaration::new("score-current-platform", Kind::Scorer, "Score servers running newer platforms more highly")
-        .writes(&[Data::Scores]);
+        .writes(&[Data::Scores])
+        .list_only();
 
 impl Plugin for ScoreCurrentPlatform {
     fn declaration(&self) -> &'static Declaration {

@@ -29,7 +29,8 @@ const EPOCH_ISO: &str = "1970-01-01T00:00:00.000Z";
 
 static DECLARATION: Declaration =
     Declaration::new("score-next-reboot", Kind::Scorer, "Score servers that will not be rebooted soon more highly")
-        .writes(&[Data::Scores]);
+        .writes(&[Data::Scores])
+        .list_only();
 
 impl Plugin for ScoreNextReboot {
     fn declaration(&self) -> &'static Declaration {
