@@ -502,7 +502,8 @@ pub fn count(
 /// Exact count: allocations one after the other with the whole chain in an engine
 /// [`Datacenter`], each VM listed on the server chosen for it (as a batch places them), until
 /// none fits. Per server. The chain's leading per-server part is re-run only for the server
-/// that got the last VM ([`Placer`]); the choices are those of [`exact_full`].
+/// that got the last VM ([`Placer`]); the choices are those of a whole chain run per
+/// placement ([`placements`] with `incremental` false, the reference tests compare with).
 pub fn exact(
     engine: &Engine,
     raw_servers: &[&str],
@@ -514,19 +515,6 @@ pub fn exact(
     Ok(per_server(&order, raw_servers.len()))
 }
 
-/// [`exact`] with a whole chain run per placement: the reference the incremental placements
-/// are checked against.
-pub fn exact_full(
-    engine: &Engine,
-    raw_servers: &[&str],
-    vm: &Value,
-    image: &Value,
-    package: &Value,
-) -> Result<Vec<usize>, AnswerError> {
-    let order = placements(engine, raw_servers, vm, image, package, false)?;
-    Ok(per_server(&order, raw_servers.len()))
-}
-
 /// How many of `order`'s placements went to each of `servers` servers.
 fn per_server(order: &[ServerId], servers: usize) -> Vec<usize> {
     let mut counts = vec![0usize; servers];
@@ -534,8 +522,8 @@ fn per_server(order: &[ServerId], servers: usize) -> Vec<usize> {
     counts
 }
 
-/// The servers chosen, in order, by the placements [`exact`] (`incremental`) or
-/// [`exact_full`] makes: the two are the same.
+/// The servers chosen, in order, by the placements [`exact`] makes (`incremental`), or by a
+/// whole chain run per placement: the two are the same.
 pub fn placements(
     engine: &Engine,
     raw_servers: &[&str],

@@ -394,10 +394,14 @@ struct ByServer<T> {
     items: Vec<T>,
 }
 
-impl<T: Clone> ByServer<T> {
-    fn new(servers: usize, items: impl Iterator<Item = (ServerId, T)> + Clone) -> ByServer<T> {
+impl<T> ByServer<T> {
+    fn new(servers: usize, items: impl Iterator<Item = (ServerId, T)>) -> ByServer<T> {
+        let mut all: Vec<(ServerId, T)> = items.collect();
+        // Stable, so each server's items keep their order; the notes come as one sorted run
+        // per step, which the sort merges.
+        all.sort_by_key(|&(id, _)| id);
         let mut ends = vec![0usize; servers];
-        for (id, _) in items.clone() {
+        for &(id, _) in &all {
             ends[id] += 1;
         }
         let mut total = 0;
@@ -405,15 +409,7 @@ impl<T: Clone> ByServer<T> {
             total += *end;
             *end = total;
         }
-        // Placed from the back so that each server's items keep their order.
-        let mut slots: Vec<Option<T>> = vec![None; total];
-        let mut next = ends.clone();
-        let all: Vec<(ServerId, T)> = items.collect();
-        for (id, item) in all.into_iter().rev() {
-            next[id] -= 1;
-            slots[next[id]] = Some(item);
-        }
-        ByServer { ends, items: slots.into_iter().flatten().collect() }
+        ByServer { ends, items: all.into_iter().map(|(_, item)| item).collect() }
     }
 
     fn of(&self, id: ServerId) -> &[T] {

@@ -86,19 +86,16 @@ impl StepsView<'_> {
     /// `out` holds so far (to send it on), so a big answer need not be held whole.
     pub fn write_json_in_parts(&self, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
         out.push(b'[');
-        if self.format == StepsFormat::Counts {
-            write_count(out, "Received by DAPI", self.received);
-            for step in self.steps {
-                out.push(b',');
-                write_count(out, step.name, step.remaining.len());
-            }
-            out.push(b']');
-            return;
-        }
-        let uuids = UuidJson::new(self.servers);
         match self.format {
-            StepsFormat::Counts => {}
+            StepsFormat::Counts => {
+                write_count(out, "Received by DAPI", self.received);
+                for step in self.steps {
+                    out.push(b',');
+                    write_count(out, step.name, step.remaining.len());
+                }
+            }
             StepsFormat::Full => {
+                let uuids = UuidJson::new(self.servers);
                 write_step_head(out, "Received by DAPI", "remaining");
                 uuids.write_list(out, 0..self.received);
                 out.push(b'}');
@@ -111,6 +108,7 @@ impl StepsView<'_> {
                 }
             }
             StepsFormat::Removed => {
+                let uuids = UuidJson::new(self.servers);
                 write_step_head(out, "Received by DAPI", "removed");
                 out.extend_from_slice(b"[],\"remaining_count\":");
                 out.extend_from_slice(self.received.to_string().as_bytes());
