@@ -202,3 +202,38 @@ fn a_datacenter_left_alone_decides_as_a_single_allocation() {
         assert_same(outcome(&placement.allocation, dc.servers()), single, &name);
     }
 }
+
+/// A server's schema verdict is kept across a VM listed on it or taken off it only while it
+/// is what checking the whole server again gives.
+#[test]
+fn the_schema_verdict_follows_listed_vms() {
+    use dapi::js::Js;
+    use dapi::model::FullVm;
+    use std::borrow::Cow;
+    let (_, case) = cases().into_iter().next().expect("a vendored case");
+    let text = serde_json::to_vec(&json!({"servers": case["request"]["servers"].clone()})).expect("servers");
+    let (_, mut servers) = dapi::wire::parse_capacity_body(&text).expect("servers parse");
+    let server = servers.iter_mut().find(|s| s.schema_violation().is_none()).expect("a valid server");
+    let vm = |owner: &str, ram: f64| FullVm {
+        owner_uuid: Js::str(owner),
+        max_physical_memory_mib: Js::Num(ram),
+        state: Js::str("running"),
+        ..FullVm::default()
+    };
+    let owner = "930896af-bf8c-48d4-885c-6573a94b1853";
+    let whole = |s: &Server<'_>| dapi::model::schema::validate_server(s);
+    server.add_vm(Cow::Borrowed("00000000-0000-4000-9000-000000000001"), vm(owner, 512.0).into());
+    assert_eq!(server.schema_violation(), None);
+    assert_eq!(whole(server), None);
+    // A VM whose RAM is not a whole number makes the server invalid, as sent again it is.
+    server.add_vm(Cow::Borrowed("00000000-0000-4000-9000-000000000002"), vm(owner, 512.5).into());
+    let violation = server.schema_violation().map(str::to_owned);
+    assert!(violation.is_some());
+    assert_eq!(violation, whole(server));
+    server.remove_vm("00000000-0000-4000-9000-000000000002").expect("listed");
+    assert_eq!(server.schema_violation(), None);
+    // A key that is not a uuid, likewise.
+    server.add_vm(Cow::Borrowed("not-a-uuid"), vm(owner, 512.0).into());
+    assert!(server.schema_violation().is_some());
+    assert_eq!(server.schema_violation().map(str::to_owned), whole(server));
+}

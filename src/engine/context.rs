@@ -5,6 +5,7 @@
 //! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
 //! instead, and plugins read the effective values through these accessors.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use rand::rngs::StdRng;
@@ -44,6 +45,31 @@ pub struct ServerState {
     pub kvm_zvol_added_bytes: f64,
     /// Each sysinfo NIC (physical and virtual) carries its `interface` name in the answer.
     pub nics_named: bool,
+    /// How many of the server's VMs the request's VM's owner has, once counted.
+    pub(crate) owner_vms: CountOnce,
+}
+
+/// A count worked out on first use (atomic: per-server passes may run on several threads).
+#[derive(Debug, Default)]
+pub(crate) struct CountOnce(AtomicU32);
+
+impl CountOnce {
+    fn get(&self) -> Option<usize> {
+        let stored = self.0.load(Ordering::Relaxed);
+        (stored != 0).then(|| stored as usize - 1)
+    }
+
+    fn set(&self, count: usize) {
+        if let Ok(stored) = u32::try_from(count + 1) {
+            self.0.store(stored, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Clone for CountOnce {
+    fn clone(&self) -> Self {
+        CountOnce(AtomicU32::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 /// The package after massaging (`PIPELINE.md` §3.2) and any overriding: ratios under their
@@ -206,9 +232,28 @@ impl<'r> Request<'r> {
         defaults: &'r Defaults,
         rng: StdRng,
     ) -> Request<'r> {
+        let state = vec![ServerState::default(); servers.len()];
+        Request::with_states(servers, vm, image, package, tickets, defaults, rng, state)
+    }
+
+    /// [`Request::new`] over states the caller already has, one per server (taken back
+    /// with [`Request::into_states`]): a run that keeps them across runs spares their
+    /// allocation and whatever they hold that it knows to be still true.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_states(
+        servers: &'r [Server<'r>],
+        vm: &'r VmPayload,
+        image: &'r Image,
+        package: Option<&'r Package>,
+        tickets: &'r [Ticket],
+        defaults: &'r Defaults,
+        rng: StdRng,
+        state: Vec<ServerState>,
+    ) -> Request<'r> {
+        debug_assert_eq!(state.len(), servers.len());
         Request {
             servers,
-            state: vec![ServerState::default(); servers.len()],
+            state,
             vm,
             vm_cpu_cap: vm.cpu_cap_pct.clone(),
             vm_locality: vm.locality.clone(),
@@ -369,6 +414,7 @@ impl<'r> Request<'r> {
         zvol_bytes: f64,
     ) {
         let state = &mut self.state[id];
+        state.owner_vms = CountOnce::default();
         for bytes in quota_bytes {
             state.zone_quota_added_bytes += bytes;
         }
@@ -424,6 +470,9 @@ impl<'r> Request<'r> {
 
     /// Whether the server has a VM (inline or ticketed) whose `owner_uuid` is `owner`.
     pub fn hosts_vm_of(&self, id: ServerId, owner: &str) -> bool {
+        if self.vm.owner_uuid.as_str().is_some_and(|own| std::ptr::eq(own, owner) || own == owner) {
+            return self.vms_of(id, &self.vm.owner_uuid) > 0;
+        }
         let server = &self.servers[id];
         // Newest first: VMs placed one after another (a batch, exact capacity) are listed
         // last, and are often the owner's; the answer is the same either way.
@@ -434,6 +483,21 @@ impl<'r> Request<'r> {
 
     /// How many of the server's VMs (inline and ticketed) have `owner_uuid === owner`.
     pub fn vms_of(&self, id: ServerId, owner: &Js) -> usize {
+        // The request's own owner is asked about every server, by the spreading and by the
+        // owner-zone scorer alike: counted once per server state (which a run that keeps
+        // states across placements keeps; a ticket VM added forgets it).
+        let own = std::ptr::eq(owner, &self.vm.owner_uuid) || crate::js::strict_eq(owner, &self.vm.owner_uuid);
+        if let Some(count) = self.state[id].owner_vms.get().filter(|_| own) {
+            return count;
+        }
+        let count = self.count_vms_of(id, owner);
+        if own {
+            self.state[id].owner_vms.set(count);
+        }
+        count
+    }
+
+    fn count_vms_of(&self, id: ServerId, owner: &Js) -> usize {
         let server = &self.servers[id];
         let inline = match owner.as_str() {
             Some(o) if !server.vm_summary().may_be_owned_by(o) => 0,

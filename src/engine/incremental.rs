@@ -19,7 +19,7 @@ use rand::SeedableRng;
 use super::context::{Request, RequestWrites, ServerId, ServerState};
 use super::datacenter::{Datacenter, PlaceError, ProvisionedVm, VmRequest};
 use super::expr::Expr;
-use super::plugin::{Kind, Plugin, PluginError};
+use super::plugin::{Data, Kind, Plugin, PluginError};
 use super::reasons::Reasons;
 use super::{select, Engine};
 
@@ -37,6 +37,10 @@ struct Split {
     per_server: Vec<Arc<dyn Plugin>>,
     /// The top-level elements after them.
     rest: Vec<Expr>,
+    /// Whether the rest writes nothing per server but scores: then a kept server's state
+    /// needs only its score put back between placements (what it writes for the request as
+    /// a whole is written again to each placement's new request).
+    rest_writes_scores_only: bool,
 }
 
 /// A list-only scorer's increments ([`Declaration::list_only`](super::plugin::Declaration::list_only))
@@ -56,11 +60,13 @@ pub struct Placer<'e> {
     writes: Option<RequestWrites>,
     /// Per element of the rest of the chain, a list-only scorer's last increments.
     increments: Vec<Option<Increments>>,
+    /// The servers' states, handed from one placement's request to the next.
+    states: Vec<ServerState>,
 }
 
 impl<'e> Placer<'e> {
     pub fn new(engine: &'e Engine) -> Placer<'e> {
-        Placer { engine, split: None, memo: Vec::new(), writes: None, increments: Vec::new() }
+        Placer { engine, split: None, memo: Vec::new(), writes: None, increments: Vec::new(), states: Vec::new() }
     }
 
     /// Runs the chain for `request` on the datacenter as it is and lists the VM (as `uuid`)
@@ -80,7 +86,11 @@ impl<'e> Placer<'e> {
                 None => StdRng::from_entropy(),
             };
             let servers = dc.servers();
-            let mut req = Request::new(
+            if self.memo.len() != servers.len() {
+                self.memo = vec![Memo::Stale; servers.len()];
+                self.states = vec![ServerState::default(); servers.len()];
+            }
+            let mut req = Request::with_states(
                 servers,
                 request.vm,
                 request.image,
@@ -88,12 +98,17 @@ impl<'e> Placer<'e> {
                 request.tickets,
                 &engine.defaults,
                 rng,
+                std::mem::take(&mut self.states),
             );
             req.share_lookups(dc.lookups());
             let raw_servers = dc.raw_servers();
             req.raw_servers = &raw_servers;
-            let output = self.run(&mut req).map_err(PlaceError::Engine)?;
-            (select(&output, req.states()), req.vm_cpu_cap().clone())
+            let ran = self.run(&mut req);
+            let cpu_cap = req.vm_cpu_cap().clone();
+            let states = req.into_states();
+            let chosen = ran.map(|output| select(&output, &states));
+            self.states = states;
+            (chosen.map_err(PlaceError::Engine)?, cpu_cap)
         };
         if let Some(id) = chosen {
             dc.add_vm(id, ProvisionedVm::of(uuid, request, &cpu_cap)).map_err(PlaceError::Datacenter)?;
@@ -106,11 +121,11 @@ impl<'e> Placer<'e> {
     /// the others' outcomes put back, then the rest over the servers kept.
     fn run(&mut self, req: &mut Request<'_>) -> Result<Vec<ServerId>, PluginError> {
         let n = req.servers.len();
-        if self.memo.len() != n {
-            self.memo = vec![Memo::Stale; n];
-        }
         let split = self.split.get_or_insert_with(|| split_chain(&self.engine.chain, req));
         let stale: Vec<ServerId> = (0..n).filter(|&id| matches!(self.memo[id], Memo::Stale)).collect();
+        for &id in &stale {
+            req.set_state(id, ServerState::default());
+        }
         let mut kept = stale.clone();
         for plugin in &split.per_server {
             if kept.is_empty() {
@@ -131,10 +146,17 @@ impl<'e> Placer<'e> {
             Some(writes) => req.restore_request_writes(writes),
             None => self.writes = Some(req.request_writes()),
         }
+        // The states were handed on from the last placement: the servers that changed got
+        // theirs afresh above; the others' are as the per-server part left them, but for
+        // what the rest of the chain wrote since, put back.
         let mut survivors = Vec::with_capacity(n);
         for (id, memo) in self.memo.iter().enumerate() {
             if let Memo::Kept(state) = memo {
-                req.set_state(id, (**state).clone());
+                if split.rest_writes_scores_only {
+                    req.set_score(id, state.score);
+                } else {
+                    req.set_state(id, (**state).clone());
+                }
                 survivors.push(id);
             }
         }
@@ -189,7 +211,7 @@ fn score(
 /// The chain's leading per-server plugins (for this request) and what follows them.
 fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
     let Expr::Pipe(items) = chain else {
-        return Split { per_server: Vec::new(), rest: vec![chain.clone()] };
+        return Split::new(Vec::new(), vec![chain.clone()]);
     };
     let leading = items.iter().take_while(|e| matches!(e, Expr::Plugin(p) if p.per_server(req))).count();
     let per_server = items[..leading]
@@ -199,5 +221,15 @@ fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
             _ => None,
         })
         .collect();
-    Split { per_server, rest: items[leading..].to_vec() }
+    Split::new(per_server, items[leading..].to_vec())
+}
+
+impl Split {
+    fn new(per_server: Vec<Arc<dyn Plugin>>, rest: Vec<Expr>) -> Split {
+        let rest_writes_scores_only = rest
+            .iter()
+            .flat_map(Expr::plugins)
+            .all(|p| p.declaration().writes.iter().all(|&data| data == Data::Scores || !data.per_server()));
+        Split { per_server, rest, rest_writes_scores_only }
+    }
 }

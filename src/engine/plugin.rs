@@ -62,6 +62,11 @@ pub enum Data {
 }
 
 impl Data {
+    /// Data kept per server (in each server's state), rather than for the request as a whole.
+    pub fn per_server(self) -> bool {
+        !matches!(self, Data::Locality | Data::CpuCap)
+    }
+
     /// Data that has no meaningful value before it is written: reading it from a chain
     /// where nothing writes it first is a configuration mistake.
     pub fn needs_writer(self) -> bool {

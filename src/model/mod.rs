@@ -129,21 +129,34 @@ impl<'a> Server<'a> {
     /// (a server sent without a `vms` object gets one). Only the VM list changes; the
     /// caller updates the disk and memory figures.
     pub fn add_vm(&mut self, key: std::borrow::Cow<'a, str>, vm: ServerVm<'a>) {
+        let was_valid = self.vms.as_obj().is_some() && matches!(self.schema.get(), Some(None));
+        let listed_before = self.inline_vm_count();
         if self.vms.as_obj().is_none() {
             self.vms = Shape::Obj(VmMap::default());
         }
         if let Shape::Obj(map) = &mut self.vms {
             map.push(key, vm);
         }
-        // The schema's verdict covers the VMs.
+        // The schema's verdict covers the VMs: kept when the server was valid and the VM
+        // (the last entry, unless it replaced one under its key) is, else taken again when
+        // next asked.
         self.schema = std::sync::OnceLock::new();
+        let appended = self.inline_vm_count() > listed_before;
+        let added = self.vms.as_obj().and_then(|m| m.as_slice().last()).map(|(k, v)| (&**k, v));
+        if was_valid && appended && schema::still_valid_after(self, added) {
+            let _ = self.schema.set(None);
+        }
     }
 
     /// Takes the VM under `key` off the server's list (the inverse of [`Server::add_vm`]).
     pub fn remove_vm(&mut self, key: &str) -> Option<Shape<ServerVm<'a>>> {
         let Shape::Obj(map) = &mut self.vms else { return None };
         let removed = map.remove(key)?;
+        let was_valid = matches!(self.schema.get(), Some(None));
         self.schema = std::sync::OnceLock::new();
+        if was_valid && schema::still_valid_after(self, None) {
+            let _ = self.schema.set(None);
+        }
         Some(removed)
     }
 

@@ -41,26 +41,8 @@ const INHERITED: [&str; 7] =
 /// schema come dapi's checks of what the original crashed on: VM keys that are not uuids,
 /// and a `sysinfo` that is `null` or an array.
 pub fn validate_server(s: &Server) -> Option<String> {
-    let top: [(&str, &Js, Leaf); 14] = [
-        ("uuid", &s.uuid, UUID),
-        ("memory_available_bytes", &s.memory_available_bytes, COUNT_0),
-        ("memory_total_bytes", &s.memory_total_bytes, COUNT_1),
-        ("disk_pool_size_bytes", &s.disk_pool_size_bytes, COUNT_1),
-        ("disk_pool_alloc_bytes", &s.disk_pool_alloc_bytes, COUNT_0),
-        ("disk_system_used_bytes", &s.disk_system_used_bytes, COUNT_0),
-        ("disk_installed_images_used_bytes", &s.disk_installed_images_used_bytes, COUNT_0),
-        ("disk_cores_quota_used_bytes", &s.disk_cores_quota_used_bytes, COUNT_0),
-        ("disk_zone_quota_bytes", &s.disk_zone_quota_bytes, COUNT_0),
-        ("disk_kvm_quota_bytes", &s.disk_kvm_quota_bytes, COUNT_0),
-        ("disk_kvm_zvol_volsize_bytes", &s.disk_kvm_zvol_volsize_bytes, COUNT_0),
-        ("reserved", &s.reserved, FLAG),
-        ("setup", &s.setup, FLAG),
-        ("reservation_ratio", &s.reservation_ratio, RESERVATION_RATIO),
-    ];
-    for (name, value, leaf) in top {
-        if let Some(reason) = leaf.check(value) {
-            return Some(property(name, &reason));
-        }
+    if let Some(msg) = top_level(s) {
+        return Some(msg);
     }
     match schema::object(&s.overprovision_ratios, false) {
         Err(reason) => return Some(property("overprovision_ratios", &reason)),
@@ -102,6 +84,42 @@ pub fn validate_server(s: &Server) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// The server's own scalar fields, checked first.
+fn top_level(s: &Server) -> Option<String> {
+    let top: [(&str, &Js, Leaf); 14] = [
+        ("uuid", &s.uuid, UUID),
+        ("memory_available_bytes", &s.memory_available_bytes, COUNT_0),
+        ("memory_total_bytes", &s.memory_total_bytes, COUNT_1),
+        ("disk_pool_size_bytes", &s.disk_pool_size_bytes, COUNT_1),
+        ("disk_pool_alloc_bytes", &s.disk_pool_alloc_bytes, COUNT_0),
+        ("disk_system_used_bytes", &s.disk_system_used_bytes, COUNT_0),
+        ("disk_installed_images_used_bytes", &s.disk_installed_images_used_bytes, COUNT_0),
+        ("disk_cores_quota_used_bytes", &s.disk_cores_quota_used_bytes, COUNT_0),
+        ("disk_zone_quota_bytes", &s.disk_zone_quota_bytes, COUNT_0),
+        ("disk_kvm_quota_bytes", &s.disk_kvm_quota_bytes, COUNT_0),
+        ("disk_kvm_zvol_volsize_bytes", &s.disk_kvm_zvol_volsize_bytes, COUNT_0),
+        ("reserved", &s.reserved, FLAG),
+        ("setup", &s.setup, FLAG),
+        ("reservation_ratio", &s.reservation_ratio, RESERVATION_RATIO),
+    ];
+    for (name, value, leaf) in top {
+        if let Some(reason) = leaf.check(value) {
+            return Some(property(name, &reason));
+        }
+    }
+    None
+}
+
+/// Whether a server that was valid is still valid after one VM was listed on it (`added`,
+/// its key and entry) or taken off it (`None`), its disk figures changed with it: nothing
+/// else of it changed, so only its own fields and that VM need checking again.
+pub fn still_valid_after(s: &Server, added: Option<(&str, &Shape<ServerVm>)>) -> bool {
+    if top_level(s).is_some() || s.vms.as_obj().is_none() {
+        return false;
+    }
+    added.is_none_or(|(key, vm)| super::patterns::is_uuid(key) && validate_vm(key, vm).is_none())
 }
 
 /// The inline VMs' checks, then dapi's check of their keys.
