@@ -48,6 +48,30 @@ struct Split {
 struct Increments {
     input: Vec<ServerId>,
     deltas: Vec<f64>,
+    /// For an order-free scorer ([`Plugin::order_free`]): each server's increment by id,
+    /// `None` for the servers not in the list.
+    by_server: Option<Vec<Option<f64>>>,
+}
+
+impl Increments {
+    /// Whether these are the increments for `servers`.
+    fn are_for(&self, servers: &[ServerId]) -> bool {
+        match &self.by_server {
+            Some(by_server) => {
+                servers.len() == self.input.len()
+                    && servers.iter().all(|&id| by_server.get(id).is_some_and(Option::is_some))
+            }
+            None => self.input == servers,
+        }
+    }
+
+    /// The increment of the server at `position` in `servers` (for which they are).
+    fn of(&self, position: usize, id: ServerId) -> f64 {
+        match &self.by_server {
+            Some(by_server) => by_server[id].unwrap_or(0.0),
+            None => self.deltas[position],
+        }
+    }
 }
 
 /// Places VMs of one request into a [`Datacenter`] one after another (see the module).
@@ -168,7 +192,7 @@ impl<'e> Placer<'e> {
             }
             current = match item {
                 Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
-                    score(p.as_ref(), req, current, increments)?
+                    score(p.as_ref(), req, current, increments, n)?
                 }
                 _ => item.run_unrecorded(req, current)?,
             };
@@ -185,23 +209,29 @@ fn score(
     req: &mut Request<'_>,
     servers: Vec<ServerId>,
     increments: &mut Option<Increments>,
+    server_count: usize,
 ) -> Result<Vec<ServerId>, PluginError> {
     // Scorers refuse a NaN score before theirs: run as is, to fail as it fails.
     if servers.iter().any(|&id| req.state(id).score.is_nan()) {
         return plugin.run(req, &servers, &mut Reasons::discarding());
     }
-    let known = increments.as_ref().is_some_and(|i| i.input == servers);
+    let known = increments.as_ref().is_some_and(|i| i.are_for(&servers));
     if !known {
         let before: Vec<f64> = servers.iter().map(|&id| req.state(id).score).collect();
         servers.iter().for_each(|&id| req.set_score(id, 0.0));
         plugin.run(req, &servers, &mut Reasons::discarding())?;
-        let deltas = servers.iter().map(|&id| req.state(id).score).collect();
+        let deltas: Vec<f64> = servers.iter().map(|&id| req.state(id).score).collect();
         servers.iter().zip(before).for_each(|(&id, score)| req.set_score(id, score));
-        *increments = Some(Increments { input: servers.clone(), deltas });
+        let by_server = plugin.order_free(req).then(|| {
+            let mut by_server = vec![None; server_count];
+            servers.iter().zip(&deltas).for_each(|(&id, &delta)| by_server[id] = Some(delta));
+            by_server
+        });
+        *increments = Some(Increments { input: servers.clone(), deltas, by_server });
     }
     if let Some(known) = increments {
-        for (&id, delta) in servers.iter().zip(&known.deltas) {
-            req.set_score(id, req.state(id).score + delta);
+        for (position, &id) in servers.iter().enumerate() {
+            req.set_score(id, req.state(id).score + known.of(position, id));
         }
     }
     // A scorer passes its list on unchanged.

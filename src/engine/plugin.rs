@@ -164,6 +164,14 @@ pub trait Plugin: Sync + Send {
         self.declaration().name
     }
 
+    /// For a list-only scorer ([`Declaration::list_only`]): whether, for this request, its
+    /// increments depend only on which servers it is given, not on their order (a scorer
+    /// working from the list's minimum and maximum, say). Its increments may then be added
+    /// again while the same servers come in another order.
+    fn order_free(&self, _req: &Request<'_>) -> bool {
+        false
+    }
+
     /// Whether the plugin is per-server (see [`Declaration::per_server`]) for this request:
     /// a plugin that compares servers only for some requests says so here.
     fn per_server(&self, _req: &Request<'_>) -> bool {

@@ -25,8 +25,8 @@ pub fn js_sort_by<T: Copy>(items: &mut [T], cmp: impl FnMut(&T, &T) -> f64) {
 ///
 /// When every key is finite and the weight cannot shrink a difference to zero (|weight| ≥ 1,
 /// infinite, zero or NaN), the comparator is consistent, and TimSort yields the one stable
-/// order: a library stable sort gives the same result faster. Otherwise the engine's exact
-/// sequence of comparisons is replayed.
+/// order: keys and positions packed into integers and sorted as such give the same result
+/// faster. Otherwise the engine's exact sequence of comparisons is replayed.
 pub fn js_sort_by_scaled<T: Copy>(items: &mut [T], key: impl Fn(&T) -> f64, weight: f64) {
     if !items.iter().all(|x| key(x).is_finite()) {
         js_sort_by(items, |a, b| weight * (key(a) - key(b)));
@@ -40,11 +40,41 @@ pub fn js_sort_by_scaled<T: Copy>(items: &mut [T], key: impl Fn(&T) -> f64, weig
         js_sort_by(items, |a, b| weight * (key(a) - key(b)));
         return;
     }
-    let ascending = |a: &T, b: &T| key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal);
-    if weight > 0.0 {
-        items.sort_by(ascending);
+    let bits: Vec<u64> = items.iter().map(|x| order_bits(key(x), weight > 0.0)).collect();
+    // Lists often come sorted by the same key already, one way or the other (a scorer after
+    // a filter that sorted): a stable sort leaves the first as it is and turns the second
+    // around tie group by tie group.
+    if bits.windows(2).all(|w| w[0] <= w[1]) {
+        return;
+    }
+    if bits.windows(2).all(|w| w[0] >= w[1]) {
+        let mut sorted = Vec::with_capacity(items.len());
+        let mut end = items.len();
+        while end > 0 {
+            let start = bits[..end].iter().rposition(|&b| b != bits[end - 1]).map_or(0, |i| i + 1);
+            sorted.extend_from_slice(&items[start..end]);
+            end = start;
+        }
+        items.copy_from_slice(&sorted);
+        return;
+    }
+    // Ties keep their positions, as a stable sort keeps them.
+    let mut packed: Vec<u128> =
+        bits.iter().enumerate().map(|(position, &b)| (u128::from(b) << 64) | position as u128).collect();
+    packed.sort_unstable();
+    let sorted: Vec<T> = packed.iter().map(|&p| items[p as u64 as usize]).collect();
+    items.copy_from_slice(&sorted);
+}
+
+/// A finite key as an integer in the same order (`-0` equal to `0`, as `a - b` finds them),
+/// or in the reverse order.
+fn order_bits(key: f64, ascending: bool) -> u64 {
+    let bits = (key + 0.0).to_bits();
+    let ordered = if bits >> 63 == 1 { !bits } else { bits | 1 << 63 };
+    if ascending {
+        ordered
     } else {
-        items.sort_by(|a, b| ascending(b, a));
+        !ordered
     }
 }
 
@@ -561,6 +591,13 @@ mod tests {
                     (i, k)
                 })
                 .collect();
+            // Also handed in sorted already, either way (ties in their input order).
+            let mut keys = keys;
+            match round % 3 {
+                1 => keys.sort_by(|a, b| a.1.total_cmp(&b.1)),
+                2 => keys.sort_by(|a, b| b.1.total_cmp(&a.1)),
+                _ => {}
+            }
             for weight in [1.0, -1.0, 2.0, -3.5, 0.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 0.5, -1e-300] {
                 let mut expected = keys.clone();
                 js_sort_by(&mut expected, |a, b| weight * (a.1 - b.1));

@@ -29,6 +29,10 @@ impl Plugin for ScoreCurrentPlatform {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
+    /// `normalize` works from the list's oldest and newest platforms.
+    fn order_free(&self, _req: &Request<'_>) -> bool {
+        true
+    }
     fn run(
         &self,
         req: &mut Request<'_>,

@@ -36,6 +36,12 @@ impl Plugin for ScoreNextReboot {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
+    /// Buckets are made of the dates in order: when every scheduled date compares as a
+    /// string, the order is the one of the strings whatever the list's, and each bucket's
+    /// servers get its one increment. Other values sort the JS way, order and all.
+    fn order_free(&self, req: &Request<'_>) -> bool {
+        req.servers.iter().all(|s| !s.next_reboot.truthy() || primitive(&s.next_reboot).as_str().is_some())
+    }
     fn run(
         &self,
         req: &mut Request<'_>,
