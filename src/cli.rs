@@ -616,10 +616,6 @@ fn package_body(servers: &[u8], packages: &[PathBuf], vm: Option<&Path>, exact: 
         let text = std::str::from_utf8(bytes).map_err(|e| not_json(&e))?;
         crate::js::json::from_str(text).map_err(|e| not_json(&e))
     };
-    let servers = match json(Path::new("SERVERS"), servers)? {
-        Value::Object(mut top) => top.remove("servers").unwrap_or(Value::Null),
-        other => other,
-    };
     let mut list = Vec::new();
     for path in packages {
         match json(path, &read_input(path)?)? {
@@ -627,11 +623,48 @@ fn package_body(servers: &[u8], packages: &[PathBuf], vm: Option<&Path>, exact: 
             one => list.push(one),
         }
     }
-    let mut body = serde_json::json!({"servers": servers, "packages": list, "exact": exact});
+    let mut rest = serde_json::json!({"packages": list, "exact": exact});
     if let Some(path) = vm {
-        body["vm"] = json(path, &read_input(path)?)?;
+        rest["vm"] = json(path, &read_input(path)?)?;
     }
-    Ok(body.to_string().into_bytes())
+    // The servers' text goes into the body as it is when it can be found without reading
+    // it whole (megabytes at thousands of servers); anything unusual is read as JSON.parse
+    // reads it and written again.
+    let servers_text = match servers_as_sent(servers) {
+        Some(text) => std::borrow::Cow::Borrowed(text),
+        None => {
+            let servers = match json(Path::new("SERVERS"), servers)? {
+                Value::Object(mut top) => top.remove("servers").unwrap_or(Value::Null),
+                other => other,
+            };
+            std::borrow::Cow::Owned(servers.to_string())
+        }
+    };
+    let rest = rest.to_string();
+    let mut body = Vec::with_capacity(servers_text.len() + rest.len() + 16);
+    body.extend_from_slice(b"{\"servers\":");
+    body.extend_from_slice(servers_text.as_bytes());
+    body.push(b',');
+    body.extend_from_slice(&rest.as_bytes()[1..]);
+    Ok(body)
+}
+
+/// The text of the servers array in a servers file (`{"servers": [...]}` or a bare array),
+/// when serde_json reads the file as it is and finds `servers` once.
+fn servers_as_sent(file: &[u8]) -> Option<&str> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize)]
+    struct Top<'a> {
+        #[serde(borrow)]
+        servers: &'a RawValue,
+    }
+    let text = std::str::from_utf8(file).ok()?;
+    let raw = if text.trim_start().starts_with('[') {
+        serde_json::from_str::<&RawValue>(text).ok()?
+    } else {
+        serde_json::from_str::<Top<'_>>(text).ok()?.servers
+    };
+    Some(raw.get())
 }
 
 /// Explain options asking about `uuids` (every server when there are none).
