@@ -5,6 +5,7 @@
 //! VM's copied `cpu_cap` and affinity-derived `locality`, the massaged package) lives here
 //! instead, and plugins read the effective values through these accessors.
 
+use crate::js::sort::{js_sort_ids_by_scaled, KeptOrder};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -163,6 +164,10 @@ pub struct Request<'r> {
     shared: Option<&'r Lookups>,
     /// Notes for an explained allocation; `None` (the plain path) records nothing.
     recorder: Option<Recorder>,
+    /// Sorted orders kept across runs by a caller that runs the chain again and again on
+    /// nearly the same servers (the [`Placer`](super::incremental::Placer)), one per sort
+    /// in the order the run makes them, and the next one's index.
+    kept_orders: Option<(Vec<KeptOrder>, usize)>,
 }
 
 /// A resource a filter found short on a server, in the answer's units.
@@ -269,7 +274,31 @@ impl<'r> Request<'r> {
             keys: OnceLock::new(),
             shared: None,
             recorder: None,
+            kept_orders: None,
         }
+    }
+
+    /// Hands the request the orders an earlier run kept (see [`Request::sort_by_scaled`]).
+    pub fn keep_orders(&mut self, orders: Vec<KeptOrder>) {
+        self.kept_orders = Some((orders, 0));
+    }
+
+    /// The orders kept, to hand to the next run.
+    pub fn take_orders(&mut self) -> Vec<KeptOrder> {
+        self.kept_orders.take().map(|(orders, _)| orders).unwrap_or_default()
+    }
+
+    /// Sorts `ids` (`keys[i]` the key of `ids[i]`) as `list.sort((a, b) => weight * (a.key -
+    /// b.key))` does; from the order the same sort kept in the last run, when there is one.
+    pub fn sort_by_scaled(&mut self, ids: &mut Vec<ServerId>, keys: &[f64], weight: f64) {
+        let kept = self.kept_orders.as_mut().map(|(orders, next)| {
+            if orders.len() <= *next {
+                orders.push(KeptOrder::default());
+            }
+            *next += 1;
+            &mut orders[*next - 1]
+        });
+        js_sort_ids_by_scaled(ids, keys, weight, kept);
     }
 
     /// Turns on notes for an explained allocation.

@@ -22,6 +22,7 @@ use super::expr::Expr;
 use super::plugin::{Data, Kind, Plugin, PluginError};
 use super::reasons::Reasons;
 use super::{select, Engine};
+use crate::js::sort::KeptOrder;
 
 /// A server's outcome of the chain's per-server part.
 #[derive(Debug, Clone)]
@@ -86,11 +87,21 @@ pub struct Placer<'e> {
     increments: Vec<Option<Increments>>,
     /// The servers' states, handed from one placement's request to the next.
     states: Vec<ServerState>,
+    /// The sorted orders the rest of the chain kept, likewise.
+    orders: Vec<KeptOrder>,
 }
 
 impl<'e> Placer<'e> {
     pub fn new(engine: &'e Engine) -> Placer<'e> {
-        Placer { engine, split: None, memo: Vec::new(), writes: None, increments: Vec::new(), states: Vec::new() }
+        Placer {
+            engine,
+            split: None,
+            memo: Vec::new(),
+            writes: None,
+            increments: Vec::new(),
+            states: Vec::new(),
+            orders: Vec::new(),
+        }
     }
 
     /// Runs the chain for `request` on the datacenter as it is and lists the VM (as `uuid`)
@@ -125,9 +136,11 @@ impl<'e> Placer<'e> {
                 std::mem::take(&mut self.states),
             );
             req.share_lookups(dc.lookups());
+            req.keep_orders(std::mem::take(&mut self.orders));
             let raw_servers = dc.raw_servers();
             req.raw_servers = &raw_servers;
             let ran = self.run(&mut req);
+            self.orders = req.take_orders();
             let cpu_cap = req.vm_cpu_cap().clone();
             let states = req.into_states();
             let chosen = ran.map(|output| select(&output, &states));

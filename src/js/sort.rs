@@ -66,6 +66,63 @@ pub fn js_sort_by_scaled<T: Copy>(items: &mut [T], key: impl Fn(&T) -> f64, weig
     items.copy_from_slice(&sorted);
 }
 
+/// The last order [`js_sort_ids_by_scaled`] gave, kept by a caller that sorts nearly the
+/// same list again and again: the servers whose key and relative place did not change are
+/// already in order, and only the others need placing.
+#[derive(Debug, Default, Clone)]
+pub struct KeptOrder {
+    order: Vec<usize>,
+    /// Each id's packed key in that order, `None` for ids not in it.
+    bits: Vec<Option<u64>>,
+}
+
+/// `ids` (distinct) sorted as [`js_sort_by_scaled`] sorts them with `keys[i]` the key of
+/// `ids[i]`; with `kept`, from the order it kept where that is still in order (the result is
+/// the same either way: the one order by key then position).
+pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, kept: Option<&mut KeptOrder>) {
+    let consistent = keys.iter().all(|k| k.is_finite()) && !weight.is_nan() && weight.abs() >= 1.0;
+    let Some(kept) = kept.filter(|_| consistent && ids.len() > 1) else {
+        let mut pairs: Vec<(usize, f64)> = ids.iter().copied().zip(keys.iter().copied()).collect();
+        js_sort_by_scaled(&mut pairs, |p| p.1, weight);
+        ids.iter_mut().zip(pairs).for_each(|(id, (sorted, _))| *id = sorted);
+        return;
+    };
+    let bits: Vec<u64> = keys.iter().map(|&k| order_bits(k, weight > 0.0)).collect();
+    let ids_end = ids.iter().max().map_or(0, |&m| m + 1);
+    let mut position = vec![usize::MAX; ids_end];
+    ids.iter().enumerate().for_each(|(p, &id)| position[id] = p);
+    let rank = |id: usize| (bits[position[id]], position[id]);
+    // The kept order's servers still here with the same key, in their kept order.
+    let mut placed = vec![false; ids_end];
+    let mut order: Vec<usize> = Vec::with_capacity(ids.len());
+    for &id in &kept.order {
+        let here = position.get(id).is_some_and(|&p| p != usize::MAX);
+        if here && kept.bits.get(id).copied().flatten() == Some(bits[position[id]]) {
+            order.push(id);
+            placed[id] = true;
+        }
+    }
+    let still_ordered = order.windows(2).all(|w| rank(w[0]) < rank(w[1]));
+    let to_place = ids.len() - order.len();
+    if still_ordered && to_place <= ids.len() / 8 {
+        for &id in ids.iter() {
+            if !placed[id] {
+                let at = order.partition_point(|&other| rank(other) < rank(id));
+                order.insert(at, id);
+            }
+        }
+    } else {
+        let mut packed: Vec<u128> = bits.iter().enumerate().map(|(p, &b)| (u128::from(b) << 64) | p as u128).collect();
+        packed.sort_unstable();
+        order = packed.iter().map(|&p| ids[p as u64 as usize]).collect();
+    }
+    kept.bits.clear();
+    kept.bits.resize(ids_end, None);
+    ids.iter().zip(&bits).for_each(|(&id, &b)| kept.bits[id] = Some(b));
+    kept.order.clone_from(&order);
+    *ids = order;
+}
+
 /// A finite key as an integer in the same order (`-0` equal to `0`, as `a - b` finds them),
 /// or in the reverse order.
 fn order_bits(key: f64, ascending: bool) -> u64 {
@@ -605,6 +662,58 @@ mod tests {
                 js_sort_by_scaled(&mut got, |k| k.1, weight);
                 let ids = |v: &[(usize, f64)]| v.iter().map(|k| k.0).collect::<Vec<_>>();
                 assert_eq!(ids(&got), ids(&expected), "weight {weight}, round {round}");
+            }
+        }
+    }
+
+    /// Sorting from a kept order gives what sorting afresh gives, whatever changed between
+    /// two lists: keys, members, their order.
+    #[test]
+    fn a_kept_order_sorts_as_afresh() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for weight in [1.0, -1.0, 3.0, 0.5, f64::NAN] {
+            let mut kept = KeptOrder::default();
+            let mut keys: Vec<f64> = (0..200).map(|_| (next() % 40) as f64).collect();
+            let mut ids: Vec<usize> = (0..200).collect();
+            for round in 0..300 {
+                // One key moves most rounds; now and then the list is shuffled a little,
+                // loses a member or gets one back, or a key is not finite.
+                let id = (next() % 200) as usize;
+                keys[id] = (next() % 40) as f64 - if round % 11 == 0 { 0.0 } else { 0.5 };
+                match round % 7 {
+                    3 => {
+                        let (a, b) = ((next() % ids.len() as u64) as usize, (next() % ids.len() as u64) as usize);
+                        ids.swap(a, b);
+                    }
+                    5 if ids.len() > 150 => {
+                        ids.remove((next() % ids.len() as u64) as usize);
+                    }
+                    6 => {
+                        if let Some(missing) = (0..200).find(|i| !ids.contains(i)) {
+                            ids.push(missing);
+                        }
+                    }
+                    _ => {}
+                }
+                if round == 150 {
+                    keys[7] = f64::INFINITY;
+                }
+                if round == 151 {
+                    keys[7] = 1.0;
+                }
+                let list_keys: Vec<f64> = ids.iter().map(|&id| keys[id]).collect();
+                let mut afresh: Vec<(usize, f64)> = ids.iter().copied().zip(list_keys.iter().copied()).collect();
+                js_sort_by(&mut afresh, |a, b| weight * (a.1 - b.1));
+                let mut got = ids.clone();
+                js_sort_ids_by_scaled(&mut got, &list_keys, weight, Some(&mut kept));
+                let want: Vec<usize> = afresh.iter().map(|p| p.0).collect();
+                assert_eq!(got, want, "weight {weight}, round {round}");
             }
         }
     }

@@ -8,7 +8,6 @@
 //! exactly where the original did.
 
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
-use crate::js::sort::js_sort_by_scaled;
 
 /// The share of servers held back.
 const LARGE_POOL_RATIO: f64 = 0.15;
@@ -38,11 +37,12 @@ impl Plugin for HardFilterLargeServers {
         if held_back < 1.0 {
             return Ok(servers.to_vec());
         }
-        let ram = |id: ServerId| req.state(id).unreserved.map_or(f64::NAN, |u| u.ram_mib);
-        let mut sorted: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, ram(id))).collect();
+        let ram: Vec<f64> =
+            servers.iter().map(|&id| req.state(id).unreserved.map_or(f64::NAN, |u| u.ram_mib)).collect();
+        let mut sorted = servers.to_vec();
         // Descending: the comparator is `b - a`, which is `-1 × (a - b)` exactly.
-        js_sort_by_scaled(&mut sorted, |s| s.1, -1.0);
-        Ok(sorted[held_back as usize..].iter().map(|s| s.0).collect())
+        req.sort_by_scaled(&mut sorted, &ram, -1.0);
+        Ok(sorted.split_off(held_back as usize))
     }
 }
 

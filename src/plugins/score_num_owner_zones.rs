@@ -10,7 +10,6 @@ use indexmap::IndexMap;
 
 use super::shared::scoring::{self, linear};
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
-use crate::js::sort::js_sort_by_scaled;
 
 pub struct ScoreNumOwnerZones;
 
@@ -42,7 +41,7 @@ impl Plugin for ScoreNumOwnerZones {
         }
 
         let owner = &req.vm.owner_uuid;
-        let mut counts: Vec<(ServerId, u32)> = servers.iter().map(|&id| (id, req.vms_of(id, owner) as u32)).collect();
+        let counts: Vec<(ServerId, u32)> = servers.iter().map(|&id| (id, req.vms_of(id, owner) as u32)).collect();
         // Per reasons key; a repeated key keeps the later server's count, as in the original.
         let mut found: IndexMap<String, u32> = IndexMap::new();
         for &(id, count) in &counts {
@@ -54,8 +53,9 @@ impl Plugin for ScoreNumOwnerZones {
                 req.note_raw(id, count.into());
             }
         }
-        js_sort_by_scaled(&mut counts, |c| f64::from(c.1), weight);
-        let order: Vec<ServerId> = counts.iter().map(|&(id, _)| id).collect();
+        let keys: Vec<f64> = counts.iter().map(|c| f64::from(c.1)).collect();
+        let mut order: Vec<ServerId> = counts.iter().map(|&(id, _)| id).collect();
+        req.sort_by_scaled(&mut order, &keys, weight);
         linear(req, &order, weight.abs(), reasons)?;
 
         for (key, count) in found {

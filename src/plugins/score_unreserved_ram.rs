@@ -9,7 +9,6 @@
 
 use super::shared::scoring::{self, linear};
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Unreserved};
-use crate::js::sort::js_sort_by_scaled;
 use crate::js::Js;
 
 pub struct ScoreUnreservedRam;
@@ -57,15 +56,14 @@ pub(crate) fn score_by_unreserved(
     value: fn(&Unreserved) -> f64,
     reasons: &mut Reasons,
 ) -> Result<(), PluginError> {
-    let read = |id: ServerId| req.state(id).unreserved.as_ref().map_or(f64::NAN, value);
-    let mut order: Vec<(ServerId, f64)> = servers.iter().map(|&id| (id, read(id))).collect();
+    let mib: Vec<f64> = servers.iter().map(|&id| req.state(id).unreserved.as_ref().map_or(f64::NAN, value)).collect();
     if req.explaining() {
-        for &(id, mib) in &order {
+        for (&id, &mib) in servers.iter().zip(&mib) {
             req.note_raw(id, crate::js::num_to_json(mib));
         }
     }
-    js_sort_by_scaled(&mut order, |a| a.1, weight);
-    let order: Vec<ServerId> = order.into_iter().map(|(id, _)| id).collect();
+    let mut order = servers.to_vec();
+    req.sort_by_scaled(&mut order, &mib, weight);
     linear(req, &order, weight.abs(), reasons)
 }
 
