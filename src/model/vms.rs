@@ -401,6 +401,11 @@ impl<'a> VmEntry<'a> {
         }
     }
 
+    /// Keyed by the plain VM's own uuid (so by a lower-case uuid).
+    pub fn keyed_by_own_uuid(&self) -> bool {
+        matches!(self.key, VmKey::OwnUuid)
+    }
+
     pub fn value(&self) -> &Shape<ServerVm<'a>> {
         &self.value
     }

@@ -114,7 +114,11 @@ fn plain_and_keys(vms: &crate::model::VmMap<'_>) -> Option<String> {
     }
     // dapi, after the original's schema: VMs are keyed by uuid. Affinity rules resolve to
     // these keys and the locality filters assert uuids, so a server keyed otherwise leaves
-    // here rather than failing the request later.
+    // here rather than failing the request later. A plain VM keyed by its own uuid has a
+    // uuid-shaped key.
+    if vms.as_slice().iter().all(crate::model::VmEntry::keyed_by_own_uuid) {
+        return None;
+    }
     first_of_entries_in_js_order(vms.iter(), |key, _| {
         (!super::patterns::is_uuid(key)).then(|| property(&format!("vms.{key}"), "key is not a UUID"))
     })
