@@ -292,6 +292,24 @@ pub fn allocate_with(
     batch: BatchOptions,
     explain: Option<ExplainOptions>,
 ) -> Result<Answer, AnswerError> {
+    allocate_in_parts(engine, limits, body, options, batch, explain, None, &mut |_| {})
+}
+
+/// [`allocate_with`], handing the answer's body to `part_done` while it is written (it may
+/// take what `out` holds; the answer's body is then what it left), so that a big answer is
+/// not held whole next to its request. `part_bytes`: the size of the parts it takes (the
+/// buffer is sized for two), or `None` for a whole answer.
+#[allow(clippy::too_many_arguments)]
+pub fn allocate_in_parts(
+    engine: &Engine,
+    limits: &Limits,
+    body: &[u8],
+    options: AnswerOptions,
+    batch: BatchOptions,
+    explain: Option<ExplainOptions>,
+    part_bytes: Option<usize>,
+    part_done: &mut dyn FnMut(&mut Vec<u8>),
+) -> Result<Answer, AnswerError> {
     let mut request = parse_allocate_body(body)?;
     if request.batch.is_batch() || batch.count.is_some() {
         let answer = crate::batch::allocate_batch(engine, limits, request, batch)?;
@@ -300,8 +318,8 @@ pub fn allocate_with(
     let explain = explain.map(|o| with_body_why_not(o, body)).transpose()?;
     let allocation = decide_noting(engine, limits, &mut request, explain.is_some())?;
     let size = answer_size_hint(&request, &allocation, options.steps) + explain_size_hint(&request, explain.as_ref());
-    let mut out = Vec::with_capacity(size);
-    write_explained_allocation(&request, &allocation, options, explain.as_ref(), &mut out, &mut |_| {})?;
+    let mut out = Vec::with_capacity(part_bytes.map_or(size, |part| size.min(2 * part)));
+    write_explained_allocation(&request, &allocation, options, explain.as_ref(), &mut out, part_done)?;
     Ok(Answer { verdict: Verdict::of(&request, &allocation), body: out })
 }
 

@@ -486,7 +486,20 @@ fn run(command: Command) -> Result<(), CliError> {
             let options = AnswerOptions { steps: steps.unwrap_or(Steps::Full).into(), no_fit: NoFitBody::NullServer };
             let batch = crate::batch::BatchOptions { steps: steps.map(Into::into), count };
             let explain = (explain || !why_not.is_empty()).then(|| explain_options(why_not));
-            print(answer::allocate_with(&engine, &config.limits, &body, options, batch, explain)?.body)
+            // Printed while it is written: a big answer (~8 MB at 5000 servers) is then
+            // never whole in memory next to the request.
+            let mut printer = PartPrinter::new();
+            let answer = answer::allocate_in_parts(
+                &engine,
+                &config.limits,
+                &body,
+                options,
+                batch,
+                explain,
+                Some(PRINT_PART_BYTES),
+                &mut |out| printer.part_done(out),
+            )?;
+            printer.finish(answer.body)
         }
         Command::Explain { config, servers, request } => {
             use std::io::IsTerminal;
@@ -725,6 +738,45 @@ fn read_input(input: &Path) -> Result<Vec<u8>, CliError> {
         })
     };
     read.map_err(|error| CliError::Read { input: input.to_path_buf(), error })
+}
+
+/// The answer is printed in parts of at least this many bytes.
+const PRINT_PART_BYTES: usize = 256 * 1024;
+
+/// Prints an answer in parts as it is written, then the rest and a newline.
+struct PartPrinter {
+    stdout: std::io::StdoutLock<'static>,
+    /// The first write error; nothing more is written after it.
+    error: Option<std::io::Error>,
+    last: Option<u8>,
+}
+
+impl PartPrinter {
+    fn new() -> PartPrinter {
+        PartPrinter { stdout: std::io::stdout().lock(), error: None, last: None }
+    }
+
+    fn part_done(&mut self, out: &mut Vec<u8>) {
+        if out.len() < PRINT_PART_BYTES {
+            return;
+        }
+        if self.error.is_none() {
+            self.last = out.last().copied();
+            self.error = self.stdout.write_all(out).err();
+        }
+        out.clear();
+    }
+
+    fn finish(mut self, mut rest: Vec<u8>) -> Result<(), CliError> {
+        if rest.last().copied().or(self.last) != Some(b'\n') {
+            rest.push(b'\n');
+        }
+        let error = match self.error.take() {
+            Some(error) => Some(error),
+            None => self.stdout.write_all(&rest).and_then(|()| self.stdout.flush()).err(),
+        };
+        error.map_or(Ok(()), |error| Err(CliError::Io { what: "cannot write the answer", error }))
+    }
 }
 
 /// Writes the answer and a newline to standard output.

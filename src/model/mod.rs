@@ -15,7 +15,7 @@ mod vms;
 
 pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType, RawParams};
 pub use shape::{EmptyValue, Shape};
-pub use vms::{owner_bits, FullVm, PlainVm, ServerVm, VmLoad, VmMap, VmSummary, EMPTY_VM};
+pub use vms::{owner_bits, FullVm, PlainFields, PlainVm, ServerVm, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM};
 
 use indexmap::IndexMap;
 use serde::Deserialize;
@@ -112,7 +112,7 @@ impl<'a> Server<'a> {
     /// that is not an object as a VM without fields.
     pub fn inline_vms(&self) -> impl DoubleEndedIterator<Item = (&str, &ServerVm<'a>)> + Clone {
         let entries = self.vms.as_obj().map_or(&[][..], VmMap::as_slice);
-        entries.iter().map(|(k, v)| (&**k, v.as_obj().unwrap_or(&EMPTY_VM)))
+        entries.iter().map(|e| (e.key(), e.vm()))
     }
 
     /// Number of VMs sent inline.
@@ -142,7 +142,7 @@ impl<'a> Server<'a> {
         // next asked.
         self.schema = std::sync::OnceLock::new();
         let appended = self.inline_vm_count() > listed_before;
-        let added = self.vms.as_obj().and_then(|m| m.as_slice().last()).map(|(k, v)| (&**k, v));
+        let added = self.vms.as_obj().and_then(|m| m.as_slice().last()).map(|e| (e.key(), e.value()));
         if was_valid && appended && schema::still_valid_after(self, added) {
             let _ = self.schema.set(None);
         }

@@ -2,11 +2,12 @@
 //!
 //! A datacenter-sized request is mostly VMs (about 30 per server), so how they are held
 //! decides the request's memory and much of its parse time. A VM whose fields are the
-//! ordinary ones — strings borrowed from the request body, plain numbers, and values that
-//! pass the server schema's VM checks — is a [`PlainVm`] of about 100 bytes that allocates
-//! nothing. Any other VM (an odd type, a value the schema refuses, `tags`,
-//! `internal_metadata` or `docker` present, a string with escapes) is kept whole as a
-//! [`FullVm`] of [`Js`] values, exactly as received. Plugins read either through the same
+//! ordinary ones — uuids and the alias borrowed from the request body, the usual brands and
+//! states, whole numbers below 2^32 − 1, values that pass the server schema's VM checks — is
+//! a [`PlainVm`] of 48 bytes that allocates nothing, and its entry in `server.vms` (keyed by
+//! its own uuid) 56 bytes. Any other VM (an odd type, a value the schema refuses or the
+//! compact form cannot hold, `tags`, `internal_metadata` or `docker` present, a string with
+//! escapes) is kept whole as a [`FullVm`] of [`Js`] values, exactly as received. Plugins read either through the same
 //! accessors ([`ServerVm::brand`], ...), which return [`JsRef`] views. How they are read off
 //! the wire is `wire::vms`.
 
@@ -22,13 +23,29 @@ pub enum ServerVm<'a> {
     Full(Box<FullVm>),
 }
 
-/// A VM whose fields are all ordinary, borrowed from the request body. Holding one means
-/// the VM passes the server schema's VM checks (`owner_uuid` a lower-case uuid, `state` a
-/// non-empty string, `max_physical_memory` an integer ≥ 1, `quota` a number ≥ 0 if given,
-/// `cpu_cap` an integer ≥ 1 if given) and has no `tags`, `internal_metadata` or `docker`.
-/// Absent numbers are NaN (JSON numbers never are).
+/// A VM whose fields are all ordinary, in 48 bytes: uuids and the alias borrowed from the
+/// request body, `brand` and `state` among the usual words, numbers whole and below
+/// 2^32 − 1. Holding one means the VM passes the server schema's VM checks (`owner_uuid`
+/// a lower-case uuid, `state` a non-empty string, `max_physical_memory` an integer ≥ 1,
+/// `quota` a number ≥ 0 if given, `cpu_cap` an integer ≥ 1 if given) and has no `tags`,
+/// `internal_metadata` or `docker`. Built only by [`PlainVm::new`]; every field `None` (or
+/// absent) only in [`PlainVm::EMPTY`].
 #[derive(Debug, Clone, Copy)]
 pub struct PlainVm<'a> {
+    uuid: Option<UuidRef<'a>>,
+    owner_uuid: Option<UuidRef<'a>>,
+    alias: Option<&'a str>,
+    max_physical_memory_mib: SmallNum,
+    quota_gib: SmallNum,
+    cpu_cap_pct: SmallNum,
+    brand: Option<Brand>,
+    state: Option<VmState>,
+}
+
+/// A VM's fields as read, before choosing its form: strings borrowed from the body, absent
+/// numbers NaN (JSON numbers never are).
+#[derive(Debug, Clone, Copy)]
+pub struct PlainFields<'a> {
     pub uuid: Option<&'a str>,
     pub owner_uuid: &'a str,
     pub brand: Option<&'a str>,
@@ -37,6 +54,116 @@ pub struct PlainVm<'a> {
     pub max_physical_memory_mib: f64,
     pub quota_gib: f64,
     pub cpu_cap_pct: f64,
+}
+
+/// A lower-case uuid borrowed from the request body, behind a thin pointer (its length is
+/// known). Built only from a whole `&str` that is uuid-shaped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UuidRef<'a>(&'a [u8; 36]);
+
+impl<'a> UuidRef<'a> {
+    /// `s` when it is a lower-case uuid (what the schema's uuid pattern takes).
+    pub fn new(s: &'a str) -> Option<UuidRef<'a>> {
+        let bytes: &'a [u8; 36] = s.as_bytes().try_into().ok()?;
+        super::schema::uuid_shaped(bytes).then_some(UuidRef(bytes))
+    }
+
+    pub fn as_str(self) -> &'a str {
+        // SAFETY: the bytes are those of a whole `&str` (`new` is the only constructor).
+        unsafe { std::str::from_utf8_unchecked(self.0) }
+    }
+}
+
+impl std::fmt::Debug for UuidRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.as_str().fmt(f)
+    }
+}
+
+/// A whole number from 0 to 2^32 − 2 in four bytes (exactly the double it was read as);
+/// [`SmallNum::ABSENT`] reads `undefined`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmallNum(u32);
+
+impl SmallNum {
+    const ABSENT: SmallNum = SmallNum(u32::MAX);
+
+    /// `n` when it fits (NaN, an absent number, is [`SmallNum::ABSENT`]); `None` for a
+    /// fraction, a negative number, −0 or one too large.
+    fn of(n: f64) -> Option<SmallNum> {
+        if n.is_nan() {
+            return Some(SmallNum::ABSENT);
+        }
+        let whole = n as u32;
+        (f64::from(whole) == n && whole != u32::MAX && n.to_bits() != (-0.0f64).to_bits()).then_some(SmallNum(whole))
+    }
+
+    /// The number, NaN when absent.
+    fn get(self) -> f64 {
+        if self == SmallNum::ABSENT {
+            f64::NAN
+        } else {
+            f64::from(self.0)
+        }
+    }
+}
+
+/// Declares a one-byte enum of the usual values of a VM string field, so that a plain VM
+/// holds the byte rather than a 16-byte `&str` (any other value keeps the VM a [`FullVm`]).
+macro_rules! vm_words {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $text:literal,)* }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name { $($variant,)* }
+
+        impl $name {
+            fn of(s: &str) -> Option<$name> {
+                match s {
+                    $($text => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)*
+                }
+            }
+        }
+    };
+}
+
+vm_words! {
+    /// The zone brands (`brand`) Triton knows.
+    Brand {
+        Joyent = "joyent",
+        JoyentMinimal = "joyent-minimal",
+        Lx = "lx",
+        Kvm = "kvm",
+        Bhyve = "bhyve",
+        Builder = "builder",
+    }
+}
+
+vm_words! {
+    /// `vmadm`'s VM states (`state`).
+    VmState {
+        Running = "running",
+        Stopped = "stopped",
+        Failed = "failed",
+        Provisioning = "provisioning",
+        Stopping = "stopping",
+        ShuttingDown = "shutting_down",
+        Configured = "configured",
+        Ready = "ready",
+        Receiving = "receiving",
+        Down = "down",
+        Incomplete = "incomplete",
+        Installed = "installed",
+        Uninitialized = "uninitialized",
+        Destroyed = "destroyed",
+        Unknown = "unknown",
+    }
 }
 
 /// A VM with every field as received (or as built from a ticket).
@@ -64,18 +191,48 @@ impl From<FullVm> for ServerVm<'_> {
     }
 }
 
-impl PlainVm<'_> {
+impl<'a> PlainVm<'a> {
     /// Every field absent (reading `undefined`).
     pub const EMPTY: PlainVm<'static> = PlainVm {
         uuid: None,
-        owner_uuid: "",
-        brand: None,
-        state: "",
+        owner_uuid: None,
         alias: None,
-        max_physical_memory_mib: f64::NAN,
-        quota_gib: f64::NAN,
-        cpu_cap_pct: f64::NAN,
+        max_physical_memory_mib: SmallNum::ABSENT,
+        quota_gib: SmallNum::ABSENT,
+        cpu_cap_pct: SmallNum::ABSENT,
+        brand: None,
+        state: None,
     };
+
+    /// The plain form of a VM with these fields, when it has one: the fields pass the
+    /// schema's VM checks and fit the compact form. Both readers build plain VMs here, so
+    /// that they agree on which VMs are plain.
+    pub fn new(f: PlainFields<'a>) -> Option<PlainVm<'a>> {
+        let uuid = match f.uuid {
+            Some(s) => Some(UuidRef::new(s)?),
+            None => None,
+        };
+        let brand = match f.brand {
+            Some(s) => Some(Brand::of(s)?),
+            None => None,
+        };
+        let vm = PlainVm {
+            uuid,
+            owner_uuid: Some(UuidRef::new(f.owner_uuid)?),
+            alias: f.alias,
+            max_physical_memory_mib: SmallNum::of(f.max_physical_memory_mib)?,
+            quota_gib: SmallNum::of(f.quota_gib)?,
+            cpu_cap_pct: SmallNum::of(f.cpu_cap_pct)?,
+            brand,
+            state: Some(VmState::of(f.state)?),
+        };
+        super::schema::plain_numbers_valid(f.max_physical_memory_mib, f.quota_gib, f.cpu_cap_pct).then_some(vm)
+    }
+
+    /// The VM's `uuid`, when it has one.
+    pub fn uuid(&self) -> Option<&'a str> {
+        self.uuid.map(UuidRef::as_str)
+    }
 }
 
 /// What a missing or non-object VM entry reads as: every field `undefined`.
@@ -98,17 +255,17 @@ macro_rules! accessors {
 
 impl<'a> ServerVm<'a> {
     accessors! {
-        uuid: |p| JsRef::opt_str(p.uuid);
-        owner_uuid: |p| nonempty(p.owner_uuid);
-        brand: |p| JsRef::opt_str(p.brand);
-        state: |p| nonempty(p.state);
+        uuid: |p| JsRef::opt_str(p.uuid());
+        owner_uuid: |p| JsRef::opt_str(p.owner_uuid.map(UuidRef::as_str));
+        brand: |p| JsRef::opt_str(p.brand.map(Brand::as_str));
+        state: |p| JsRef::opt_str(p.state.map(VmState::as_str));
         alias: |p| JsRef::opt_str(p.alias);
         /// Promised RAM (`max_physical_memory`), MiB.
-        max_physical_memory_mib: |p| JsRef::nan_absent(p.max_physical_memory_mib);
+        max_physical_memory_mib: |p| JsRef::nan_absent(p.max_physical_memory_mib.get());
         /// Promised disk (`quota`), GiB.
-        quota_gib: |p| JsRef::nan_absent(p.quota_gib);
+        quota_gib: |p| JsRef::nan_absent(p.quota_gib.get());
         /// CPU cap, percent of one core.
-        cpu_cap_pct: |p| JsRef::nan_absent(p.cpu_cap_pct);
+        cpu_cap_pct: |p| JsRef::nan_absent(p.cpu_cap_pct.get());
         tags: |_| JsRef::Undefined;
         internal_metadata: |_| JsRef::Undefined;
         docker: |_| JsRef::Undefined;
@@ -118,14 +275,13 @@ impl<'a> ServerVm<'a> {
     pub fn load(&self) -> VmLoad {
         match self {
             ServerVm::Plain(p) => {
-                let cap = p.cpu_cap_pct;
-                let brand = p.brand.unwrap_or("");
+                let cap = p.cpu_cap_pct.get();
                 VmLoad {
-                    failed: p.state == "failed",
+                    failed: p.state == Some(VmState::Failed),
                     cpu_cap: (cap != 0.0 && !cap.is_nan()).then_some(cap),
-                    ram_mib: p.max_physical_memory_mib,
-                    hvm: brand == "kvm" || brand == "bhyve",
-                    kvm: brand == "kvm",
+                    ram_mib: p.max_physical_memory_mib.get(),
+                    hvm: matches!(p.brand, Some(Brand::Kvm | Brand::Bhyve)),
+                    kvm: p.brand == Some(Brand::Kvm),
                 }
             }
             ServerVm::Full(_) => {
@@ -145,7 +301,7 @@ impl<'a> ServerVm<'a> {
     /// `vm.owner_uuid === owner` for a string `owner`.
     pub fn owned_by(&self, owner: &str) -> bool {
         match self {
-            ServerVm::Plain(p) => same_str(p.owner_uuid, owner),
+            ServerVm::Plain(p) => p.owner_uuid.is_some_and(|o| same_str(o.as_str(), owner)),
             ServerVm::Full(f) => f.owner_uuid.as_str() == Some(owner),
         }
     }
@@ -191,24 +347,83 @@ fn same_str(a: &str, b: &str) -> bool {
     x.len() == y.len() && (x.len() < 8 || x[..8] == y[..8]) && x == y
 }
 
-/// Plain VMs always carry these; only [`EMPTY_VM`] leaves them empty, reading `undefined`.
-fn nonempty(s: &str) -> JsRef<'_> {
-    if s.is_empty() {
-        JsRef::Undefined
-    } else {
-        JsRef::Str(s)
-    }
-}
-
 /// `server.vms`: VM uuid → VM (or whatever non-object value was sent), in the order sent;
 /// a repeated key keeps its first position and its last value, as `JSON.parse` does.
 #[derive(Debug, Clone)]
 pub struct VmMap<'a> {
-    entries: Vec<(Cow<'a, str>, Shape<ServerVm<'a>>)>,
+    entries: Vec<VmEntry<'a>>,
     /// Every entry is a plain VM (so every VM passes the schema's VM checks). May be false
     /// when they all are, never true when one is not.
     all_plain: bool,
     summary: VmSummary,
+}
+
+/// An entry of `server.vms`: 56 bytes for a plain VM keyed by its own uuid.
+#[derive(Debug, Clone)]
+pub struct VmEntry<'a> {
+    key: VmKey<'a>,
+    value: Shape<ServerVm<'a>>,
+}
+
+/// A VM's key in `server.vms`.
+#[derive(Debug, Clone)]
+enum VmKey<'a> {
+    /// The same text as the plain VM's `uuid` (CNAPI keys VMs by uuid): nothing to hold.
+    OwnUuid,
+    Other(Box<Cow<'a, str>>),
+}
+
+impl<'a> VmEntry<'a> {
+    pub fn new(key: Cow<'a, str>, value: Shape<ServerVm<'a>>) -> VmEntry<'a> {
+        let own_uuid = match &value {
+            Shape::Obj(ServerVm::Plain(p)) => p.uuid().is_some_and(|u| *u == *key),
+            _ => false,
+        };
+        let key = if own_uuid { VmKey::OwnUuid } else { VmKey::Other(Box::new(key)) };
+        VmEntry { key, value }
+    }
+
+    pub fn key(&self) -> &str {
+        match (&self.key, &self.value) {
+            (VmKey::OwnUuid, Shape::Obj(ServerVm::Plain(p))) => p.uuid().unwrap_or_default(),
+            (VmKey::Other(key), _) => key,
+            // `new` keeps the key when the value has no uuid of its own.
+            (VmKey::OwnUuid, _) => "",
+        }
+    }
+
+    /// The key, borrowed from the body where it was.
+    pub fn key_cow(&self) -> Cow<'a, str> {
+        match (&self.key, &self.value) {
+            (VmKey::OwnUuid, Shape::Obj(ServerVm::Plain(p))) => Cow::Borrowed(p.uuid().unwrap_or_default()),
+            (VmKey::Other(key), _) => (**key).clone(),
+            (VmKey::OwnUuid, _) => Cow::Borrowed(""),
+        }
+    }
+
+    /// Keyed by the plain VM's own uuid (so by a lower-case uuid).
+    pub fn keyed_by_own_uuid(&self) -> bool {
+        matches!(self.key, VmKey::OwnUuid)
+    }
+
+    pub fn value(&self) -> &Shape<ServerVm<'a>> {
+        &self.value
+    }
+
+    /// The VM (a non-object entry reads as a VM without fields).
+    pub fn vm(&self) -> &ServerVm<'a> {
+        self.value.as_obj().unwrap_or(&EMPTY_VM)
+    }
+
+    /// The entry with a new value under the same key (a repeated key: `JSON.parse` keeps
+    /// the last value).
+    pub fn set_value(&mut self, value: Shape<ServerVm<'a>>) {
+        *self = VmEntry::new(self.key_cow(), value);
+    }
+
+    fn into_value(self) -> Shape<ServerVm<'a>> {
+        self.value
+    }
 }
 
 impl Default for VmMap<'_> {
@@ -343,15 +558,15 @@ impl<'a> VmMap<'a> {
 
     /// The VM at position `i` (a non-object entry reads as a VM without fields).
     pub fn vm_at(&self, i: usize) -> &ServerVm<'a> {
-        self.entries.get(i).and_then(|(_, v)| v.as_obj()).unwrap_or(&EMPTY_VM)
+        self.entries.get(i).map_or(&EMPTY_VM, VmEntry::vm)
     }
 
     /// The map of these entries (keys already unique); `all_plain` as [`VmMap::all_plain`]
     /// says. The summary is gathered here, once.
-    pub fn from_entries(mut entries: Vec<(Cow<'a, str>, Shape<ServerVm<'a>>)>, all_plain: bool) -> VmMap<'a> {
+    pub fn from_entries(mut entries: Vec<VmEntry<'a>>, all_plain: bool) -> VmMap<'a> {
         // Held for the whole request: give back what the growth left unused.
         entries.shrink_to_fit();
-        let summary = VmSummary::of(entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
+        let summary = VmSummary::of(entries.iter().map(VmEntry::vm));
         VmMap { entries, all_plain, summary }
     }
 
@@ -360,37 +575,37 @@ impl<'a> VmMap<'a> {
     /// reads a repeated key).
     pub fn push(&mut self, key: Cow<'a, str>, vm: ServerVm<'a>) {
         self.all_plain &= matches!(vm, ServerVm::Plain(_));
-        if let Some(at) = self.entries.iter().position(|(k, _)| *k == key) {
-            self.entries[at].1 = Shape::Obj(vm);
-            self.summary = VmSummary::of(self.entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
+        if let Some(at) = self.entries.iter().position(|e| e.key() == key) {
+            self.entries[at].set_value(Shape::Obj(vm));
+            self.summary = VmSummary::of(self.entries.iter().map(VmEntry::vm));
             return;
         }
         self.summary.add(self.entries.len() as u32, &vm);
-        self.entries.push((key, Shape::Obj(vm)));
+        self.entries.push(VmEntry::new(key, Shape::Obj(vm)));
     }
 
     /// Takes out the VM under `key` (the others keep their order).
     pub fn remove(&mut self, key: &str) -> Option<Shape<ServerVm<'a>>> {
-        let at = self.entries.iter().position(|(k, _)| k == key)?;
-        let (_, vm) = self.entries.remove(at);
-        self.summary = VmSummary::of(self.entries.iter().map(|(_, v)| v.as_obj().unwrap_or(&EMPTY_VM)));
+        let at = self.entries.iter().position(|e| e.key() == key)?;
+        let vm = self.entries.remove(at).into_value();
+        self.summary = VmSummary::of(self.entries.iter().map(VmEntry::vm));
         Some(vm)
     }
 
     /// The entries, in order.
-    pub fn as_slice(&self) -> &[(Cow<'a, str>, Shape<ServerVm<'a>>)] {
+    pub fn as_slice(&self) -> &[VmEntry<'a>] {
         &self.entries
     }
 
     pub fn get(&self, key: &str) -> Option<&Shape<ServerVm<'a>>> {
-        self.entries.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.entries.iter().find(|e| e.key() == key).map(VmEntry::value)
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Shape<ServerVm<'a>>)> + Clone {
-        self.entries.iter().map(|(k, v)| (&**k, v))
+        self.entries.iter().map(|e| (e.key(), e.value()))
     }
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.entries.iter().map(|(k, _)| &**k)
+        self.entries.iter().map(VmEntry::key)
     }
 }

@@ -696,8 +696,12 @@ pub(crate) mod tests {
     fn fast_and_serde_readers_agree() {
         let owner = "930896af-bf8c-48d4-885c-6573a94b1853";
         let vm = |extra: &str| {
-            format!(r#"{{"uuid":"v","owner_uuid":"{owner}","state":"running","max_physical_memory":512{extra}}}"#)
+            format!(r#"{{"uuid":"{owner}","owner_uuid":"{owner}","state":"running","max_physical_memory":512{extra}}}"#)
         };
+        let other = format!(
+            r#"{{"uuid":"0{}","owner_uuid":"{owner}","state":"stopped","max_physical_memory":1}}"#,
+            &owner[1..]
+        );
         let vms = [
             format!(r#"{{"a":{}}}"#, vm("")),
             format!(
@@ -715,6 +719,13 @@ pub(crate) mod tests {
             r#"[1,2]"#.to_string(),
             r#"null"#.to_string(),
             format!(r#"{{"a":{}}}"#, vm(r#","max_physical_memory":0012"#)),
+            // Keyed by its own uuid, or not; a repeated key whose values differ in uuid.
+            format!(r#"{{"{owner}":{},"{owner}":{other},"b":{}}}"#, vm(""), vm("")),
+            format!(r#"{{"{owner}":{other},"{owner}":{},"{owner}":7}}"#, vm("")),
+            // Past the compact form: other words, −0, numbers from 2^32 − 1.
+            format!(r#"{{"a":{}}}"#, vm(r#","brand":"solaris","state":"hibernating""#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","quota":-0,"cpu_cap":4294967295"#)),
+            format!(r#"{{"a":{}}}"#, vm(r#","quota":4294967294,"cpu_cap":4294967294,"brand":"kvm""#)),
         ];
         let mut bodies: Vec<String> = vms
             .iter()

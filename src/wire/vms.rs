@@ -12,7 +12,7 @@ use serde::de::{MapAccess, SeqAccess, Visitor};
 use super::cursor::Cursor;
 use crate::fxhash::FxBuild;
 use crate::js::Js;
-use crate::model::{FullVm, PlainVm, ServerVm, Shape, VmMap};
+use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, VmEntry, VmMap};
 
 /// A field as the parser first sees it: borrowed string, number, absent, or anything else.
 #[derive(Debug, Default)]
@@ -140,7 +140,7 @@ impl<'a> Received<'a> {
         if !(absent(&self.tags) && absent(&self.internal_metadata) && absent(&self.docker)) {
             return None;
         }
-        let vm = PlainVm {
+        PlainVm::new(PlainFields {
             uuid: self.uuid.opt_str()?,
             owner_uuid: self.owner_uuid.str()?,
             brand: self.brand.opt_str()?,
@@ -149,8 +149,7 @@ impl<'a> Received<'a> {
             max_physical_memory_mib: self.max_physical_memory.opt_num()?,
             quota_gib: self.quota.opt_num()?,
             cpu_cap_pct: self.cpu_cap.opt_num()?,
-        };
-        crate::model::schema::plain_vm_is_valid(&vm).then_some(vm)
+        })
     }
 
     fn into_vm(self) -> ServerVm<'a> {
@@ -214,7 +213,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Key<'a> {
 /// (an entry is compared with the others only when its bit is already set), and through a
 /// hash map once the map is large enough for the filter to fill up.
 struct Builder<'a> {
-    entries: Vec<(Cow<'a, str>, Shape<ServerVm<'a>>)>,
+    entries: Vec<VmEntry<'a>>,
     all_plain: bool,
     bits: [u64; 16],
     index: Option<HashMap<Cow<'a, str>, usize, FxBuild>>,
@@ -233,10 +232,10 @@ impl<'a> Builder<'a> {
         let entries = &mut self.entries;
         if let Some(index) = &mut self.index {
             match index.get(&key) {
-                Some(&i) => entries[i].1 = value,
+                Some(&i) => entries[i].set_value(value),
                 None => {
                     index.insert(key.clone(), entries.len());
-                    entries.push((key, value));
+                    entries.push(VmEntry::new(key, value));
                 }
             }
             return;
@@ -244,15 +243,15 @@ impl<'a> Builder<'a> {
         let f = fingerprint(&key);
         let (word, bit) = (f >> 6, 1u64 << (f & 63));
         if self.bits[word] & bit != 0 {
-            if let Some(entry) = entries.iter_mut().find(|(k, _)| *k == key) {
-                entry.1 = value;
+            if let Some(entry) = entries.iter_mut().find(|e| e.key() == key) {
+                entry.set_value(value);
                 return;
             }
         }
         self.bits[word] |= bit;
-        entries.push((key, value));
+        entries.push(VmEntry::new(key, value));
         if entries.len() == INDEXED {
-            self.index = Some(entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect());
+            self.index = Some(entries.iter().enumerate().map(|(i, e)| (e.key_cow(), i)).collect());
         }
     }
 
@@ -352,7 +351,16 @@ const FAST_VM_KEYS: [&str; 11] = [
 /// serde_json reports) gives up, and serde_json reads the VM.
 fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
     c.eat(b'{');
-    let mut vm = PlainVm::EMPTY;
+    let mut vm = PlainFields {
+        uuid: None,
+        owner_uuid: "",
+        brand: None,
+        state: "",
+        alias: None,
+        max_physical_memory_mib: f64::NAN,
+        quota_gib: f64::NAN,
+        cpu_cap_pct: f64::NAN,
+    };
     let mut seen = 0u16;
     if !c.eat(b'}') {
         loop {
@@ -386,7 +394,10 @@ fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
         }
     }
     // Required: owner_uuid, state, max_physical_memory (and what the schema says of them).
-    (seen & 0b1_1010 == 0b1_1010 && crate::model::schema::plain_vm_is_valid(&vm)).then_some(ServerVm::Plain(vm))
+    if seen & 0b1_1010 != 0b1_1010 {
+        return None;
+    }
+    PlainVm::new(vm).map(ServerVm::Plain)
 }
 
 /// The fields [`read_plain_vm`] reads, as the derived reader names them.
@@ -422,16 +433,66 @@ mod tests {
     #[test]
     fn ordinary_vms_are_plain_and_read_like_js() {
         let text = r#"{"a": {"uuid": "a", "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "brand": "lx",
-                        "state": "running", "max_physical_memory": 512, "quota": 10, "alias": "x", "other": [1]}}"#;
+                        "state": "running", "max_physical_memory": 512, "quota": 10, "alias": "x", "other": [1]},
+                        "930896af-bf8c-48d4-885c-6573a94b1853": {"uuid": "930896af-bf8c-48d4-885c-6573a94b1853",
+                        "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "brand": "lx", "state": "running",
+                        "max_physical_memory": 512, "quota": 10, "alias": "x", "other": [1]}}"#;
         let m = vms(text);
-        let v = vm(&m, "a");
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", OWNER]);
+        // A uuid that is not uuid-shaped has no compact form; the VM reads the same.
+        assert!(matches!(vm(&m, "a"), ServerVm::Full(_)));
+        let v = vm(&m, OWNER);
         assert!(matches!(v, ServerVm::Plain(_)));
+        assert_eq!(v.uuid().as_str(), Some(OWNER));
         assert_eq!(v.owner_uuid().as_str(), Some(OWNER));
         assert_eq!(v.brand().as_str(), Some("lx"));
         assert_eq!(v.max_physical_memory_mib().num(), 512.0);
         assert!(v.cpu_cap_pct().is_undefined() && !v.cpu_cap_pct().truthy());
         assert!(v.tags().is_undefined());
         assert_eq!(v.quota_gib().stringify(), "10");
+    }
+
+    /// Values a plain VM cannot hold in its compact form (other brands and states, numbers
+    /// past 2^32 − 2, −0) keep the whole VM, which reads them exactly.
+    #[test]
+    fn values_past_the_compact_form_keep_the_whole_vm() {
+        let vm_with = |extra: &str| {
+            let state = if extra.contains("state") { "" } else { r#", "state": "running""# };
+            format!(r#"{{"a": {{"owner_uuid": "{OWNER}", "max_physical_memory": {extra}{state}}}}}"#)
+        };
+        for (extra, plain) in [
+            (r#"5, "brand": "bhyve", "quota": 0, "cpu_cap": 4294967294"#, true),
+            (r#"4294967294"#, true),
+            (r#"4294967295"#, false),
+            (r#"5, "brand": "solaris""#, false),
+            (r#"5, "state": "hibernating""#, false),
+            (r#"5, "quota": -0"#, false),
+            (r#"5, "quota": 4294967295"#, false),
+            (r#"5, "cpu_cap": 99999999999"#, false),
+            (r#"5, "quota": 0.5"#, false),
+        ] {
+            let text: &'static str = Box::leak(vm_with(extra).into_boxed_str());
+            let m = vms(text);
+            let v = vm(&m, "a");
+            assert_eq!(matches!(v, ServerVm::Plain(_)), plain, "{text}");
+            let full = v.to_full();
+            let js: serde_json::Value = serde_json::from_str(text).expect("JSON");
+            let a = &js["a"];
+            for (field, read) in [
+                ("brand", &full.brand),
+                ("state", &full.state),
+                ("quota", &full.quota_gib),
+                ("cpu_cap", &full.cpu_cap_pct),
+                ("max_physical_memory", &full.max_physical_memory_mib),
+            ] {
+                if let Some(sent) = a.get(field) {
+                    assert_eq!(read.stringify(), crate::js::Js::from_json(sent).stringify(), "{field} of {text}");
+                }
+            }
+            if let Some(q) = a.get("quota").and_then(serde_json::Value::as_f64) {
+                assert_eq!(full.quota_gib.num().to_bits(), q.to_bits(), "{text}");
+            }
+        }
     }
 
     #[test]

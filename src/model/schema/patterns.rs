@@ -23,6 +23,7 @@ const HEX: [bool; 256] = {
 };
 
 /// [`is_uuid`] on bytes (the request reader checks the 36 bytes after a quote).
+#[inline]
 pub fn uuid_shaped(b: &[u8]) -> bool {
     b.len() == 36
         && b[8] == b'-'

@@ -7,7 +7,7 @@
 //! `overprovision_ratios` are visited in JS enumeration order.
 
 use crate::js::{Js, JsObject};
-use crate::model::{Nic, PlainVm, Server, ServerVm, Shape, Sysinfo};
+use crate::model::{Nic, Server, ServerVm, Shape, Sysinfo};
 
 use super::patterns::{first_in_js_order, first_of_entries_in_js_order};
 use super::{self as schema, property, Leaf, Pattern, Ty};
@@ -132,7 +132,11 @@ fn plain_and_keys(vms: &crate::model::VmMap<'_>) -> Option<String> {
     }
     // dapi, after the original's schema: VMs are keyed by uuid. Affinity rules resolve to
     // these keys and the locality filters assert uuids, so a server keyed otherwise leaves
-    // here rather than failing the request later.
+    // here rather than failing the request later. A plain VM keyed by its own uuid has a
+    // uuid-shaped key.
+    if vms.as_slice().iter().all(crate::model::VmEntry::keyed_by_own_uuid) {
+        return None;
+    }
     first_of_entries_in_js_order(vms.iter(), |key, _| {
         (!super::patterns::is_uuid(key)).then(|| property(&format!("vms.{key}"), "key is not a UUID"))
     })
@@ -208,20 +212,13 @@ fn validate_nic(name: &str, nic: &Shape<Nic>) -> Option<String> {
     }
 }
 
-/// Whether a VM's ordinary fields pass the VM checks below, so that the VM can be held as
-/// a [`PlainVm`] (whose check is then a no-op). Absent numbers are NaN.
+/// Whether a VM's numbers pass the VM checks below (`max_physical_memory` an integer ≥ 1,
+/// `quota` absent or ≥ 0, `cpu_cap` absent or an integer ≥ 1; absent is NaN), one of the
+/// conditions for holding it as a [`crate::model::PlainVm`] (whose check is then a no-op).
 ///
-/// The number checks are written out (this runs for every VM of every request); a test
-/// holds them to the schema leaves.
-pub fn plain_vm_is_valid(vm: &PlainVm<'_>) -> bool {
-    super::patterns::is_uuid(vm.owner_uuid)
-        && !vm.state.is_empty()
-        && plain_numbers_valid(vm.max_physical_memory_mib, vm.quota_gib, vm.cpu_cap_pct)
-}
-
-/// `max_physical_memory` an integer ≥ 1, `quota` absent or ≥ 0, `cpu_cap` absent or an
-/// integer ≥ 1 (absent is NaN).
-fn plain_numbers_valid(ram: f64, quota: f64, cap: f64) -> bool {
+/// Written out (this runs for every VM of every request); a test holds it to the schema
+/// leaves.
+pub fn plain_numbers_valid(ram: f64, quota: f64, cap: f64) -> bool {
     let integer_from_one = |n: f64| n >= 1.0 && n.is_finite() && n.trunc() == n;
     integer_from_one(ram) && (quota.is_nan() || quota >= 0.0) && (cap.is_nan() || integer_from_one(cap))
 }
