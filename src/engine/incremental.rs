@@ -46,31 +46,30 @@ struct Split {
 
 /// A list-only scorer's increments ([`Declaration::list_only`](super::plugin::Declaration::list_only))
 /// for the list it was last given.
-struct Increments {
-    input: Vec<ServerId>,
-    deltas: Vec<f64>,
-    /// For an order-free scorer ([`Plugin::order_free`]): each server's increment by id,
-    /// `None` for the servers not in the list.
-    by_server: Option<Vec<Option<f64>>>,
+enum Increments {
+    /// By position in that list.
+    InOrder { input: Vec<ServerId>, deltas: Vec<f64> },
+    /// For a scorer [`order_free`](Plugin::order_free) for the request: by server id, `None`
+    /// for the servers not in the list, which had `count` servers.
+    ByServer { count: usize, deltas: Vec<Option<f64>> },
 }
 
 impl Increments {
     /// Whether these are the increments for `servers`.
     fn are_for(&self, servers: &[ServerId]) -> bool {
-        match &self.by_server {
-            Some(by_server) => {
-                servers.len() == self.input.len()
-                    && servers.iter().all(|&id| by_server.get(id).is_some_and(Option::is_some))
+        match self {
+            Increments::InOrder { input, .. } => input == servers,
+            Increments::ByServer { count, deltas } => {
+                servers.len() == *count && servers.iter().all(|&id| deltas.get(id).is_some_and(Option::is_some))
             }
-            None => self.input == servers,
         }
     }
 
     /// The increment of the server at `position` in `servers` (for which they are).
     fn of(&self, position: usize, id: ServerId) -> f64 {
-        match &self.by_server {
-            Some(by_server) => by_server[id].unwrap_or(0.0),
-            None => self.deltas[position],
+        match self {
+            Increments::InOrder { deltas, .. } => deltas[position],
+            Increments::ByServer { deltas, .. } => deltas[id].unwrap_or(0.0),
         }
     }
 }
@@ -235,12 +234,13 @@ fn score(
         plugin.run(req, &servers, &mut Reasons::discarding())?;
         let deltas: Vec<f64> = servers.iter().map(|&id| req.state(id).score).collect();
         servers.iter().zip(before).for_each(|(&id, score)| req.set_score(id, score));
-        let by_server = plugin.order_free(req).then(|| {
+        *increments = Some(if plugin.order_free(req) {
             let mut by_server = vec![None; server_count];
             servers.iter().zip(&deltas).for_each(|(&id, &delta)| by_server[id] = Some(delta));
-            by_server
+            Increments::ByServer { count: servers.len(), deltas: by_server }
+        } else {
+            Increments::InOrder { input: servers.clone(), deltas }
         });
-        *increments = Some(Increments { input: servers.clone(), deltas, by_server });
     }
     if let Some(known) = increments {
         for (position, &id) in servers.iter().enumerate() {

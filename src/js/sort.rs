@@ -58,12 +58,17 @@ pub fn js_sort_by_scaled<T: Copy>(items: &mut [T], key: impl Fn(&T) -> f64, weig
         items.copy_from_slice(&sorted);
         return;
     }
-    // Ties keep their positions, as a stable sort keeps them.
+    let sorted: Vec<T> = sorted_positions(&bits).map(|p| items[p]).collect();
+    items.copy_from_slice(&sorted);
+}
+
+/// The positions of `bits` in their ascending order, ties in position order (as a stable
+/// sort keeps them): each key packed with its position into one integer, sorted as such.
+fn sorted_positions(bits: &[u64]) -> impl Iterator<Item = usize> {
     let mut packed: Vec<u128> =
         bits.iter().enumerate().map(|(position, &b)| (u128::from(b) << 64) | position as u128).collect();
     packed.sort_unstable();
-    let sorted: Vec<T> = packed.iter().map(|&p| items[p as u64 as usize]).collect();
-    items.copy_from_slice(&sorted);
+    packed.into_iter().map(|p| p as u64 as usize)
 }
 
 /// The last order [`js_sort_ids_by_scaled`] gave, kept by a caller that sorts nearly the
@@ -112,9 +117,7 @@ pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, ke
             }
         }
     } else {
-        let mut packed: Vec<u128> = bits.iter().enumerate().map(|(p, &b)| (u128::from(b) << 64) | p as u128).collect();
-        packed.sort_unstable();
-        order = packed.iter().map(|&p| ids[p as u64 as usize]).collect();
+        order = sorted_positions(&bits).map(|p| ids[p]).collect();
     }
     kept.bits.clear();
     kept.bits.resize(ids_end, None);
@@ -623,15 +626,19 @@ mod tests {
         format!("{v:?}")
     }
 
-    #[test]
-    fn the_scaled_sort_agrees_with_the_engine() {
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = || {
+    /// A small deterministic generator of test data.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             state
-        };
+        }
+    }
+
+    #[test]
+    fn the_scaled_sort_agrees_with_the_engine() {
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
         for round in 0..400 {
             let n = (next() % 300) as usize;
             let keys: Vec<(usize, f64)> = (0..n)
@@ -670,13 +677,7 @@ mod tests {
     /// two lists: keys, members, their order.
     #[test]
     fn a_kept_order_sorts_as_afresh() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d_u64);
         for weight in [1.0, -1.0, 3.0, 0.5, f64::NAN] {
             let mut kept = KeptOrder::default();
             let mut keys: Vec<f64> = (0..200).map(|_| (next() % 40) as f64).collect();
