@@ -511,8 +511,8 @@ pub fn exact(
     image: &Value,
     package: &Value,
 ) -> Result<Vec<usize>, AnswerError> {
-    let order = placements(engine, raw_servers, vm, image, package, true)?;
-    Ok(per_server(&order, raw_servers.len()))
+    let placed = placements(engine, raw_servers, vm, image, package, true)?;
+    Ok(per_server(&placed.order, raw_servers.len()))
 }
 
 /// How many of `order`'s placements went to each of `servers` servers.
@@ -522,8 +522,18 @@ fn per_server(order: &[ServerId], servers: usize) -> Vec<usize> {
     counts
 }
 
-/// The servers chosen, in order, by the placements [`exact`] makes (`incremental`), or by a
-/// whole chain run per placement: the two are the same.
+/// The placements [`exact`] makes.
+#[derive(Debug)]
+pub struct Placements {
+    /// The servers chosen, in order.
+    pub order: Vec<ServerId>,
+    /// How many were chosen without running the chain past its per-server part
+    /// ([`Placer::reused`]).
+    pub reused: usize,
+}
+
+/// The placements [`exact`] makes (`incremental`), or those of a whole chain run per
+/// placement: the same servers in the same order.
 pub fn placements(
     engine: &Engine,
     raw_servers: &[&str],
@@ -531,7 +541,7 @@ pub fn placements(
     image: &Value,
     package: &Value,
     incremental: bool,
-) -> Result<Vec<ServerId>, AnswerError> {
+) -> Result<Placements, AnswerError> {
     // The request is read and checked as an allocation's is (the VM as CNAPI would send it).
     let mut text = String::from("{\"servers\":[");
     for (i, raw) in raw_servers.iter().enumerate() {
@@ -572,7 +582,7 @@ pub fn placements(
             let Some(id) = chosen else { break };
             order.push(id);
         }
-        return Ok(order);
+        return Ok(Placements { order, reused: placer.reused() });
     }
     // A server removed by one of the chain's leading per-server filters stays removed as
     // VMs are placed (those filters do not see the placement, or only see room shrink), and
@@ -611,7 +621,7 @@ pub fn placements(
             candidates.retain(|&id| offered[id]);
         }
     }
-    Ok(order)
+    Ok(Placements { order, reused: 0 })
 }
 
 /// Servers in a totals group: count, free and total (CPU units, MiB, MiB), why left out.

@@ -50,6 +50,18 @@ pub struct ServerState {
     pub(crate) owner_vms: CountOnce,
 }
 
+impl ServerState {
+    /// A state afresh for a server that has listed one more VM of the request's owner since
+    /// this state was worked out (a placement): the owner's VM count, if known, carried on.
+    pub fn afresh_after_own_vm(&self) -> ServerState {
+        let fresh = ServerState::default();
+        if let Some(count) = self.owner_vms.get() {
+            fresh.owner_vms.set(count + 1);
+        }
+        fresh
+    }
+}
+
 /// A count worked out on first use (atomic: per-server passes may run on several threads).
 #[derive(Debug, Default)]
 pub(crate) struct CountOnce(AtomicU32);
@@ -152,6 +164,9 @@ pub struct Request<'r> {
     pub held_tickets: &'r [Ticket],
     pub defaults: &'r Defaults,
     pub rng: StdRng,
+    /// Whether `rng` was seeded by the caller: a run repeated with the same seed draws the
+    /// same numbers ([`Placer`](super::incremental::Placer) sets it).
+    pub rng_seeded: bool,
     /// Each server's JSON as received, in `servers` order, for plugins that read fields the
     /// typed model leaves out (`hard-filter-owners-servers`). Empty when the caller has none.
     pub raw_servers: &'r [&'r str],
@@ -268,6 +283,7 @@ impl<'r> Request<'r> {
             held_tickets: &[],
             defaults,
             rng,
+            rng_seeded: false,
             raw_servers: &[],
             raw_params: RawParams::default(),
             vm_index: OnceLock::new(),
@@ -299,6 +315,28 @@ impl<'r> Request<'r> {
             &mut orders[*next - 1]
         });
         js_sort_ids_by_scaled(ids, keys, weight, kept);
+    }
+
+    /// For a check that a run would sort as the last one did ([`Plugin::unchanged_by`](super::plugin::Plugin::unchanged_by)):
+    /// takes the next kept order, as [`Request::sort_by_scaled`] would, and tells whether
+    /// the same list (of `len` servers) sorted again gives that order now that only the
+    /// servers of `changed` have new keys (`(id, key)`). `false` when no order is kept.
+    pub fn kept_order_holds(&mut self, len: usize, changed: &[(ServerId, f64)], weight: f64) -> bool {
+        let Some((orders, next)) = self.kept_orders.as_mut() else { return false };
+        *next += 1;
+        orders.get_mut(*next - 1).is_some_and(|kept| kept.holds(len, changed, weight))
+    }
+
+    /// Where the next sort takes its kept order from (see [`Request::sort_by_scaled`]).
+    pub fn kept_orders_next(&self) -> usize {
+        self.kept_orders.as_ref().map_or(0, |(_, next)| *next)
+    }
+
+    /// Sets where the next sort takes its kept order from (after a check that did not hold).
+    pub fn set_kept_orders_next(&mut self, at: usize) {
+        if let Some((_, next)) = self.kept_orders.as_mut() {
+            *next = at;
+        }
     }
 
     /// Turns on notes for an explained allocation.

@@ -22,6 +22,7 @@ use rand::SeedableRng;
 use super::context::{Lookups, Request};
 use super::plugin::PluginError;
 use super::{select, Allocation, Engine, ServerId};
+use crate::fxhash::FxBuild;
 use crate::js::Js;
 use crate::model::{FullVm, Image, Package, Server, ServerVm, Ticket, VmPayload};
 
@@ -168,7 +169,7 @@ pub struct Datacenter<'a> {
     rewritten: HashMap<ServerId, String>,
     lookups: Lookups,
     /// VMs listed by [`Datacenter::add_vm`], by uuid.
-    added: HashMap<String, Added>,
+    added: HashMap<String, Added, FxBuild>,
 }
 
 impl<'a> Datacenter<'a> {
@@ -180,7 +181,7 @@ impl<'a> Datacenter<'a> {
             raw_servers,
             rewritten: HashMap::new(),
             lookups: Lookups::default(),
-            added: HashMap::new(),
+            added: HashMap::default(),
         }
     }
 
@@ -259,7 +260,7 @@ impl<'a> Datacenter<'a> {
         if let Some(index) = self.lookups.vm_index.get_mut() {
             index.insert(id, &server.uuid, &vm.uuid, &listed);
         }
-        server.add_vm(Cow::Owned(vm.uuid.clone()), listed);
+        server.add_new_vm(Cow::Owned(vm.uuid.clone()), listed);
         if !self.raw_servers.is_empty() {
             self.rewrite_json(id, &vm.uuid, Some(vm.to_json()));
         }

@@ -10,6 +10,11 @@
 //! scorers, `or` expressions, custom plugins) runs as in a full run, over the servers the
 //! per-server part kept, in the same order and with the same states: the choice is the one
 //! [`Engine::place`] would make.
+//!
+//! Most placements then change nothing the rest of the chain looks at but where the changed
+//! server stands among the others: when every plugin of the rest says it would do what it
+//! did last time ([`Plugin::unchanged_by`]: the same servers passed on, the same
+//! increments), the choice is the last one again, and the rest is not run at all.
 
 use std::sync::Arc;
 
@@ -79,6 +84,10 @@ pub struct Placer<'e> {
     engine: &'e Engine,
     split: Option<Split>,
     memo: Vec<Memo>,
+    /// The servers whose memo is stale, in order.
+    stale: Vec<ServerId>,
+    /// The servers the per-server part keeps, in order.
+    survivors: Vec<ServerId>,
     /// What the per-server part wrote for the request as a whole, from the first run (the
     /// same whatever servers it is given, see `Declaration::per_server`).
     writes: Option<RequestWrites>,
@@ -88,6 +97,17 @@ pub struct Placer<'e> {
     states: Vec<ServerState>,
     /// The sorted orders the rest of the chain kept, likewise.
     orders: Vec<KeptOrder>,
+    /// What the rest of the chain did in its last run, while it still holds.
+    last: Option<LastRun>,
+    /// Placements chosen without running the rest of the chain.
+    reused: usize,
+}
+
+/// The rest of the chain's last run (given the survivors as they still are): what each of
+/// its plugins passed on, in the order they ran, and the server chosen.
+struct LastRun {
+    outputs: Vec<Vec<ServerId>>,
+    chosen: ServerId,
 }
 
 impl<'e> Placer<'e> {
@@ -96,11 +116,20 @@ impl<'e> Placer<'e> {
             engine,
             split: None,
             memo: Vec::new(),
+            stale: Vec::new(),
+            survivors: Vec::new(),
             writes: None,
             increments: Vec::new(),
             states: Vec::new(),
             orders: Vec::new(),
+            last: None,
+            reused: 0,
         }
+    }
+
+    /// How many placements were chosen without running the rest of the chain.
+    pub fn reused(&self) -> usize {
+        self.reused
     }
 
     /// Runs the chain for `request` on the datacenter as it is and lists the VM (as `uuid`)
@@ -122,6 +151,9 @@ impl<'e> Placer<'e> {
             let servers = dc.servers();
             if self.memo.len() != servers.len() {
                 self.memo = vec![Memo::Stale; servers.len()];
+                self.stale = (0..servers.len()).collect();
+                self.survivors.clear();
+                self.last = None;
                 self.states = vec![ServerState::default(); servers.len()];
             }
             let mut req = Request::with_states(
@@ -136,81 +168,210 @@ impl<'e> Placer<'e> {
             );
             req.share_lookups(dc.lookups());
             req.keep_orders(std::mem::take(&mut self.orders));
+            req.rng_seeded = seed.is_some();
             let raw_servers = dc.raw_servers();
             req.raw_servers = &raw_servers;
-            let ran = self.run(&mut req);
+            let chosen = self.run(&mut req);
             self.orders = req.take_orders();
             let cpu_cap = req.vm_cpu_cap().clone();
-            let states = req.into_states();
-            let chosen = ran.map(|output| select(&output, &states));
-            self.states = states;
+            self.states = req.into_states();
             (chosen.map_err(PlaceError::Engine)?, cpu_cap)
         };
         if let Some(id) = chosen {
             dc.add_vm(id, ProvisionedVm::of(uuid, request, &cpu_cap)).map_err(PlaceError::Datacenter)?;
             self.memo[id] = Memo::Stale;
+            self.stale.push(id);
         }
         Ok(chosen)
     }
 
     /// The chain on `req`: the per-server part for the servers whose outcome is not known,
-    /// the others' outcomes put back, then the rest over the servers kept.
-    fn run(&mut self, req: &mut Request<'_>) -> Result<Vec<ServerId>, PluginError> {
+    /// the others' outcomes put back, then the rest over the servers kept, unless it would
+    /// do as it did last time; the server chosen.
+    fn run(&mut self, req: &mut Request<'_>) -> Result<Option<ServerId>, PluginError> {
         let n = req.servers.len();
         let split = self.split.get_or_insert_with(|| split_chain(&self.engine.chain, req));
-        let stale: Vec<ServerId> = (0..n).filter(|&id| matches!(self.memo[id], Memo::Stale)).collect();
-        for &id in &stale {
-            req.set_state(id, ServerState::default());
+        let changed = std::mem::take(&mut self.stale);
+        // Each changed server got the request's VM (or has no state yet): its owner's VM
+        // count, when it is a string's, is one more.
+        let owner_is_text = req.vm.owner_uuid.as_str().is_some();
+        for &id in &changed {
+            let fresh = if owner_is_text { req.state(id).afresh_after_own_vm() } else { ServerState::default() };
+            req.set_state(id, fresh);
         }
-        let mut kept = stale.clone();
+        let mut kept = changed.clone();
         for plugin in &split.per_server {
             if kept.is_empty() {
                 break;
             }
             kept = plugin.run(req, &kept, &mut Reasons::discarding())?;
         }
-        // Per-server plugins keep the order of what they are given: `kept` is sorted.
+        // Per-server plugins keep the order of what they are given: `kept` is sorted, as
+        // `changed` and the survivors are.
         let mut next = kept.iter().peekable();
-        for id in stale {
-            self.memo[id] = if next.next_if_eq(&&id).is_some() {
-                Memo::Kept(Box::new(req.state(id).clone()))
-            } else {
-                Memo::Removed
-            };
+        let mut survivors_changed = false;
+        for &id in &changed {
+            let now = next.next_if_eq(&&id).is_some();
+            self.memo[id] = if now { Memo::Kept(Box::new(req.state(id).clone())) } else { Memo::Removed };
+            let was = self.survivors.binary_search(&id);
+            match (was, now) {
+                (Err(at), true) => self.survivors.insert(at, id),
+                (Ok(at), false) => drop(self.survivors.remove(at)),
+                _ => continue,
+            }
+            survivors_changed = true;
         }
         match &self.writes {
             Some(writes) => req.restore_request_writes(writes),
             None => self.writes = Some(req.request_writes()),
         }
+        if let Some(last) = self.last.as_ref().filter(|_| !survivors_changed) {
+            let sorts_from = req.kept_orders_next();
+            let mut outputs = last.outputs.iter();
+            if unchanged_pipe(&split.rest, req, &self.survivors, &mut outputs, &changed).is_some() {
+                self.reused += 1;
+                return Ok(Some(last.chosen));
+            }
+            req.set_kept_orders_next(sorts_from);
+        }
         // The states were handed on from the last placement: the servers that changed got
         // theirs afresh above; the others' are as the per-server part left them, but for
         // what the rest of the chain wrote since, put back.
-        let mut survivors = Vec::with_capacity(n);
-        for (id, memo) in self.memo.iter().enumerate() {
-            if let Memo::Kept(state) = memo {
+        for &id in &self.survivors {
+            if let Memo::Kept(state) = &self.memo[id] {
                 if split.rest_writes_scores_only {
                     req.set_score(id, state.score);
                 } else {
                     req.set_state(id, (**state).clone());
                 }
-                survivors.push(id);
             }
         }
         self.increments.resize_with(split.rest.len(), || None);
-        let mut current = survivors;
+        let mut outputs = Vec::new();
+        let mut current = self.survivors.clone();
         for (item, increments) in split.rest.iter().zip(&mut self.increments) {
             if current.is_empty() {
                 break;
             }
             current = match item {
                 Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
-                    score(p.as_ref(), req, current, increments, n)?
+                    let output = score(p.as_ref(), req, current, increments, n)?;
+                    outputs.push(output.clone());
+                    output
                 }
-                _ => item.run_unrecorded(req, current)?,
+                _ => run_noting(item, req, current, &mut outputs)?,
             };
         }
-        Ok(current)
+        let chosen = select(&current, req.states());
+        self.last = chosen.map(|chosen| LastRun { outputs, chosen });
+        Ok(chosen)
     }
+}
+
+/// [`Expr::run_unrecorded`], noting what each plugin passed on, in the order they ran.
+fn run_noting(
+    expr: &Expr,
+    req: &mut Request<'_>,
+    input: Vec<ServerId>,
+    outputs: &mut Vec<Vec<ServerId>>,
+) -> Result<Vec<ServerId>, PluginError> {
+    match expr {
+        Expr::Plugin(_) => {
+            let output = expr.run_unrecorded(req, input)?;
+            outputs.push(output.clone());
+            Ok(output)
+        }
+        Expr::Pipe(items) => {
+            let mut current = input;
+            for item in items {
+                if current.is_empty() {
+                    break;
+                }
+                current = run_noting(item, req, current, outputs)?;
+            }
+            Ok(current)
+        }
+        Expr::Or(items) => {
+            let mut output = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 && !output.is_empty() {
+                    break;
+                }
+                output = run_noting(item, req, input.clone(), outputs)?;
+            }
+            Ok(output)
+        }
+    }
+}
+
+/// What `items` run as a pipe on `input` would pass on, when every plugin on the way would
+/// do as it did in the run that noted `outputs` (taken in the order that run made them):
+/// `input` is that run's, and only the `changed` servers differ since. `None` as soon as
+/// one plugin might not.
+fn unchanged_pipe<'o>(
+    items: &[Expr],
+    req: &mut Request<'_>,
+    input: &'o [ServerId],
+    outputs: &mut std::slice::Iter<'o, Vec<ServerId>>,
+    changed: &[ServerId],
+) -> Option<&'o [ServerId]> {
+    let mut current = input;
+    for item in items {
+        if current.is_empty() {
+            break;
+        }
+        current = unchanged(item, req, current, outputs, changed)?;
+    }
+    Some(current)
+}
+
+/// [`unchanged_pipe`] for one element.
+fn unchanged<'o>(
+    expr: &Expr,
+    req: &mut Request<'_>,
+    input: &'o [ServerId],
+    outputs: &mut std::slice::Iter<'o, Vec<ServerId>>,
+    changed: &[ServerId],
+) -> Option<&'o [ServerId]> {
+    match expr {
+        Expr::Plugin(plugin) => {
+            let last = outputs.next()?;
+            let declaration = plugin.declaration();
+            let same = if declaration.list_only && declaration.kind == Kind::Scorer {
+                true
+            } else if plugin.per_server(req) && !declaration.reads.contains(&Data::Scores) {
+                per_server_unchanged(plugin.as_ref(), req, input, last, changed)
+            } else {
+                plugin.unchanged_by(req, input, last, changed)
+            };
+            same.then_some(last.as_slice())
+        }
+        Expr::Pipe(items) => unchanged_pipe(items, req, input, outputs, changed),
+        Expr::Or(items) => {
+            let mut output: &[ServerId] = &[];
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 && !output.is_empty() {
+                    break;
+                }
+                output = unchanged(item, req, input, outputs, changed)?;
+            }
+            Some(output)
+        }
+    }
+}
+
+/// A per-server plugin passes on what it did while each changed server it is given is still
+/// kept, or still removed: run on that server alone, it does to it what it does in the list.
+fn per_server_unchanged(
+    plugin: &dyn Plugin,
+    req: &mut Request<'_>,
+    input: &[ServerId],
+    last: &[ServerId],
+    changed: &[ServerId],
+) -> bool {
+    changed.iter().filter(|id| input.contains(id)).all(|&id| {
+        plugin.run(req, &[id], &mut Reasons::discarding()).is_ok_and(|kept| kept.is_empty() != last.contains(&id))
+    })
 }
 
 /// Runs a list-only scorer on `servers`, or adds its increments again when it was last given

@@ -177,6 +177,24 @@ pub trait Plugin: Sync + Send {
     fn per_server(&self, _req: &Request<'_>) -> bool {
         self.declaration().per_server
     }
+
+    /// For a caller placing VMs one after another ([`Placer`](super::incremental::Placer)):
+    /// whether a run on `servers`, the very list its last run was given (and passed `last`
+    /// on from), would pass on the same servers in the same order and add the same score
+    /// increments, now that only the servers of `changed` differ from then (their states
+    /// and VMs; the request and every other server are as they were). `false` when that
+    /// cannot be told without running: the caller then runs the chain. A plugin that sorts
+    /// takes the kept order its run would take ([`Request::kept_order_holds`]).
+    /// Per-server and list-only plugins need not say: the caller knows them already.
+    fn unchanged_by(
+        &self,
+        _req: &mut Request<'_>,
+        _servers: &[ServerId],
+        _last: &[ServerId],
+        _changed: &[ServerId],
+    ) -> bool {
+        false
+    }
 }
 
 /// What a [`ServerFilter`] works out once per run.

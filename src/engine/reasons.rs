@@ -313,6 +313,11 @@ impl Reasons {
         Reasons { discard: true, ..Reasons::default() }
     }
 
+    /// Whether reasons set are kept (a caller may then skip making them).
+    pub fn keeps(&self) -> bool {
+        !self.discard
+    }
+
     /// Sets a reason; a repeated key keeps its first position, as in a JS object.
     pub fn set<'k>(&mut self, key: impl Into<ReasonKey<'k>>, message: impl Into<Msg>) {
         if self.discard {

@@ -79,6 +79,108 @@ pub struct KeptOrder {
     order: Vec<usize>,
     /// Each id's packed key in that order, `None` for ids not in it.
     bits: Vec<Option<u64>>,
+    /// Each id's place in `order` and in the list it was sorted from (ties go by the
+    /// latter), for [`KeptOrder::holds`].
+    place: Vec<usize>,
+    position: Vec<usize>,
+    /// The list the order was sorted from.
+    input: Vec<usize>,
+    /// The direction of the packed keys.
+    ascending: bool,
+    /// Whether the last sort given this order went through it (a sort of an inconsistent
+    /// comparator replays the engine's comparisons and keeps nothing).
+    current: bool,
+}
+
+impl KeptOrder {
+    /// Sorts `ids` (`keys` in its order) by taking the servers whose key changed out of the
+    /// kept order and putting each back at its place, when `ids` is the list this order was
+    /// sorted from but for where those servers stand in it (the others keep their relative
+    /// places, so their order still holds); `false` (nothing done) otherwise, or when too
+    /// many changed for that to pay.
+    fn resort_moved(&mut self, ids: &mut Vec<usize>, keys: &[f64]) -> bool {
+        let ascending = self.ascending;
+        if ids.len() != self.input.len() || ids.iter().any(|&id| self.bits.get(id).is_none_or(Option::is_none)) {
+            return false;
+        }
+        let moved: Vec<(usize, u64)> = ids
+            .iter()
+            .zip(keys)
+            .map(|(&id, &key)| (id, order_bits(key, ascending)))
+            .filter(|&(id, bits)| self.bits[id] != Some(bits))
+            .collect();
+        if moved.len() > ids.len() / 8 {
+            return false;
+        }
+        // A few moved: looked for in the list; more: marked.
+        let marks: Vec<bool> = if moved.len() > 4 {
+            let mut marks = vec![false; self.bits.len()];
+            moved.iter().for_each(|m| marks[m.0] = true);
+            marks
+        } else {
+            Vec::new()
+        };
+        let is_moved = |id: usize| if marks.is_empty() { moved.iter().any(|m| m.0 == id) } else { marks[id] };
+        if self.input != *ids {
+            let unmoved_before = self.input.iter().filter(|&&id| !is_moved(id));
+            if !unmoved_before.eq(ids.iter().filter(|&&id| !is_moved(id))) {
+                return false;
+            }
+            ids.iter().enumerate().for_each(|(p, &id)| self.position[id] = p);
+            self.input.clone_from(ids);
+        }
+        if !moved.is_empty() {
+            moved.iter().for_each(|&(id, bits)| self.bits[id] = Some(bits));
+            let first = moved.iter().map(|m| self.place[m.0]).min().unwrap_or(0);
+            self.order.retain(|&id| !is_moved(id));
+            let (bits, position) = (&self.bits, &self.position);
+            let rank = |id: usize| (bits[id], position[id]);
+            let mut from = first;
+            for &(id, _) in &moved {
+                let at = self.order.partition_point(|&other| rank(other) < rank(id));
+                self.order.insert(at, id);
+                from = from.min(at);
+            }
+            for (at, &id) in self.order.iter().enumerate().skip(from) {
+                self.place[id] = at;
+            }
+        }
+        ids.clone_from(&self.order);
+        true
+    }
+
+    /// Whether sorting the list last sorted through this order again, now that only the
+    /// ids of `changed` have new keys (`(id, key)`), gives the same order: each changed id
+    /// still falls between its neighbours. The changed ids' keys are taken into the order
+    /// when it holds. `len` is the list's length (a list of one is always in order).
+    pub fn holds(&mut self, len: usize, changed: &[(usize, f64)], weight: f64) -> bool {
+        if len <= 1 {
+            return true;
+        }
+        let consistent = !weight.is_nan() && weight.abs() >= 1.0 && changed.iter().all(|c| c.1.is_finite());
+        if !consistent || !self.current || self.order.len() != len || self.ascending != (weight > 0.0) {
+            return false;
+        }
+        let is_changed = |id: usize| changed.iter().any(|c| c.0 == id);
+        for &(id, key) in changed {
+            let Some(&at) = self.place.get(id).filter(|&&at| self.order.get(at) == Some(&id)) else {
+                return false;
+            };
+            let rank = (order_bits(key, self.ascending), self.position[id]);
+            let rank_of = |other: usize| self.bits[other].map(|b| (b, self.position[other]));
+            let before = at.checked_sub(1).map(|i| self.order[i]);
+            let after = self.order.get(at + 1).copied();
+            let fits_before = before.is_none_or(|b| !is_changed(b) && rank_of(b).is_some_and(|r| r < rank));
+            let fits_after = after.is_none_or(|a| !is_changed(a) && rank_of(a).is_some_and(|r| rank < r));
+            if !(fits_before && fits_after) {
+                return false;
+            }
+        }
+        for &(id, key) in changed {
+            self.bits[id] = Some(order_bits(key, self.ascending));
+        }
+        true
+    }
 }
 
 /// `ids` (distinct) sorted as [`js_sort_by_scaled`] sorts them with `keys[i]` the key of
@@ -86,12 +188,20 @@ pub struct KeptOrder {
 /// the same either way: the one order by key then position).
 pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, kept: Option<&mut KeptOrder>) {
     let consistent = keys.iter().all(|k| k.is_finite()) && !weight.is_nan() && weight.abs() >= 1.0;
-    let Some(kept) = kept.filter(|_| consistent && ids.len() > 1) else {
+    let kept = kept.and_then(|kept| {
+        let was_current = kept.current;
+        kept.current = consistent && ids.len() > 1;
+        kept.current.then_some((kept, was_current))
+    });
+    let Some((kept, was_current)) = kept else {
         let mut pairs: Vec<(usize, f64)> = ids.iter().copied().zip(keys.iter().copied()).collect();
         js_sort_by_scaled(&mut pairs, |p| p.1, weight);
         ids.iter_mut().zip(pairs).for_each(|(id, (sorted, _))| *id = sorted);
         return;
     };
+    if was_current && kept.ascending == (weight > 0.0) && kept.resort_moved(ids, keys) {
+        return;
+    }
     let bits: Vec<u64> = keys.iter().map(|&k| order_bits(k, weight > 0.0)).collect();
     let ids_end = ids.iter().max().map_or(0, |&m| m + 1);
     let mut position = vec![usize::MAX; ids_end];
@@ -122,7 +232,12 @@ pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, ke
     kept.bits.clear();
     kept.bits.resize(ids_end, None);
     ids.iter().zip(&bits).for_each(|(&id, &b)| kept.bits[id] = Some(b));
+    kept.place.resize(ids_end, usize::MAX);
+    order.iter().enumerate().for_each(|(at, &id)| kept.place[id] = at);
+    kept.position = position;
+    kept.ascending = weight > 0.0;
     kept.order.clone_from(&order);
+    kept.input.clone_from(ids);
     *ids = order;
 }
 
@@ -676,6 +791,41 @@ mod tests {
     /// Sorting from a kept order gives what sorting afresh gives, whatever changed between
     /// two lists: keys, members, their order.
     #[test]
+    fn a_kept_order_holds_only_when_sorting_again_gives_it() {
+        let mut next = xorshift(0x5851_f42d_4c95_7f2d_u64);
+        let (mut held, mut rounds) = (0, 0);
+        for weight in [1.0, -1.0, 2.0, -3.0] {
+            let mut kept = KeptOrder::default();
+            let mut keys: Vec<f64> = (0..120).map(|_| (next() % 30) as f64).collect();
+            let ids: Vec<usize> = (0..120).rev().collect();
+            let list_keys = |keys: &[f64]| ids.iter().map(|&id| keys[id]).collect::<Vec<f64>>();
+            let mut sorted = ids.clone();
+            js_sort_ids_by_scaled(&mut sorted, &list_keys(&keys), weight, Some(&mut kept));
+            for round in 0..400 {
+                // One or two keys move a little (ties with their neighbours now and then).
+                let moved: Vec<usize> = (0..1 + round % 2).map(|_| (next() % 120) as usize).collect();
+                for &id in &moved {
+                    keys[id] += (next() % 5) as f64 - 2.0;
+                }
+                let changed: Vec<(usize, f64)> = moved.iter().map(|&id| (id, keys[id])).collect();
+                let mut afresh: Vec<(usize, f64)> = ids.iter().map(|&id| (id, keys[id])).collect();
+                js_sort_by(&mut afresh, |a, b| weight * (a.1 - b.1));
+                let afresh: Vec<usize> = afresh.iter().map(|p| p.0).collect();
+                rounds += 1;
+                if kept.holds(ids.len(), &changed, weight) {
+                    held += 1;
+                    assert_eq!(kept.order, afresh, "weight {weight}, round {round}: held but sorts otherwise");
+                }
+                let mut again = ids.clone();
+                js_sort_ids_by_scaled(&mut again, &list_keys(&keys), weight, Some(&mut kept));
+                assert_eq!(again, afresh, "weight {weight}, round {round}");
+            }
+        }
+        // Both outcomes were seen.
+        assert!(held > rounds / 10 && held < rounds, "held {held} of {rounds}");
+    }
+
+    #[test]
     fn a_kept_order_sorts_as_afresh() {
         let mut next = xorshift(0x2545_f491_4f6c_dd1d_u64);
         for weight in [1.0, -1.0, 3.0, 0.5, f64::NAN] {
@@ -691,6 +841,13 @@ mod tests {
                     3 => {
                         let (a, b) = ((next() % ids.len() as u64) as usize, (next() % ids.len() as u64) as usize);
                         ids.swap(a, b);
+                    }
+                    // The server whose key changed also moves in the list.
+                    4 => {
+                        if let Some(at) = ids.iter().position(|&i| i == id) {
+                            ids.remove(at);
+                            ids.insert((next() % (ids.len() as u64 + 1)) as usize, id);
+                        }
                     }
                     5 if ids.len() > 150 => {
                         ids.remove((next() % ids.len() as u64) as usize);

@@ -129,13 +129,27 @@ impl<'a> Server<'a> {
     /// (a server sent without a `vms` object gets one). Only the VM list changes; the
     /// caller updates the disk and memory figures.
     pub fn add_vm(&mut self, key: std::borrow::Cow<'a, str>, vm: ServerVm<'a>) {
+        self.list_vm(key, vm, false);
+    }
+
+    /// [`Server::add_vm`] for a caller that knows no VM is listed under `key` (spares the
+    /// search of the server's VMs for one to replace).
+    pub fn add_new_vm(&mut self, key: std::borrow::Cow<'a, str>, vm: ServerVm<'a>) {
+        self.list_vm(key, vm, true);
+    }
+
+    fn list_vm(&mut self, key: std::borrow::Cow<'a, str>, vm: ServerVm<'a>, known_new: bool) {
         let was_valid = self.vms.as_obj().is_some() && matches!(self.schema.get(), Some(None));
         let listed_before = self.inline_vm_count();
         if self.vms.as_obj().is_none() {
             self.vms = Shape::Obj(VmMap::default());
         }
         if let Shape::Obj(map) = &mut self.vms {
-            map.push(key, vm);
+            if known_new {
+                map.push_new(key, vm);
+            } else {
+                map.push(key, vm);
+            }
         }
         // The schema's verdict covers the VMs: kept when the server was valid and the VM
         // (the last entry, unless it replaced one under its key) is, else taken again when

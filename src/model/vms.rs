@@ -574,12 +574,19 @@ impl<'a> VmMap<'a> {
     /// key already present keeps its position and takes the new value (as `JSON.parse`
     /// reads a repeated key).
     pub fn push(&mut self, key: Cow<'a, str>, vm: ServerVm<'a>) {
-        self.all_plain &= matches!(vm, ServerVm::Plain(_));
         if let Some(at) = self.entries.iter().position(|e| e.key() == key) {
+            self.all_plain &= matches!(vm, ServerVm::Plain(_));
             self.entries[at].set_value(Shape::Obj(vm));
             self.summary = VmSummary::of(self.entries.iter().map(VmEntry::vm));
             return;
         }
+        self.push_new(key, vm);
+    }
+
+    /// [`VmMap::push`] of a key not in the map.
+    pub fn push_new(&mut self, key: Cow<'a, str>, vm: ServerVm<'a>) {
+        debug_assert!(self.get(&key).is_none(), "{key} is listed already");
+        self.all_plain &= matches!(vm, ServerVm::Plain(_));
         self.summary.add(self.entries.len() as u32, &vm);
         self.entries.push(VmEntry::new(key, Shape::Obj(vm)));
     }

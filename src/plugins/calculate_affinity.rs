@@ -52,6 +52,15 @@ impl Plugin for CalculateAffinity {
             }
         }
     }
+
+    /// Without affinity rules it passes every server on and writes nothing.
+    fn per_server(&self, req: &Request<'_>) -> bool {
+        req.vm.affinity.is_undefined()
+    }
+
+    fn unchanged_by(&self, req: &mut Request<'_>, _: &[ServerId], _: &[ServerId], _: &[ServerId]) -> bool {
+        req.vm.affinity.is_undefined()
+    }
 }
 
 #[cfg(test)]

@@ -37,13 +37,27 @@ impl Plugin for HardFilterLargeServers {
         if held_back < 1.0 {
             return Ok(servers.to_vec());
         }
-        let ram: Vec<f64> =
-            servers.iter().map(|&id| req.state(id).unreserved.map_or(f64::NAN, |u| u.ram_mib)).collect();
+        let ram: Vec<f64> = servers.iter().map(|&id| unreserved_ram(req, id)).collect();
         let mut sorted = servers.to_vec();
         // Descending: the comparator is `b - a`, which is `-1 × (a - b)` exactly.
         req.sort_by_scaled(&mut sorted, &ram, -1.0);
         Ok(sorted.split_off(held_back as usize))
     }
+
+    /// The same servers are held back, the rest in the same order, while the sort's order
+    /// holds.
+    fn unchanged_by(&self, req: &mut Request<'_>, servers: &[ServerId], _: &[ServerId], changed: &[ServerId]) -> bool {
+        if req.defaults.filter_large_servers.switched_off() || (servers.len() as f64 * LARGE_POOL_RATIO) < 1.0 {
+            return true;
+        }
+        let keys: Vec<(ServerId, f64)> =
+            changed.iter().filter(|id| servers.contains(id)).map(|&id| (id, unreserved_ram(req, id))).collect();
+        req.kept_order_holds(servers.len(), &keys, -1.0)
+    }
+}
+
+fn unreserved_ram(req: &Request<'_>, id: ServerId) -> f64 {
+    req.state(id).unreserved.map_or(f64::NAN, |u| u.ram_mib)
 }
 
 #[cfg(test)]

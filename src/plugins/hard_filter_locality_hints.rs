@@ -20,6 +20,13 @@ impl Plugin for HardFilterLocalityHints {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
+    /// Without strict hints it passes every server on.
+    fn per_server(&self, req: &Request<'_>) -> bool {
+        !strict(req)
+    }
+    fn unchanged_by(&self, req: &mut Request<'_>, _: &[ServerId], _: &[ServerId], _: &[ServerId]) -> bool {
+        !strict(req)
+    }
     fn run(
         &self,
         req: &mut Request<'_>,
@@ -71,6 +78,12 @@ fn filter_near_strict(
             Vec::new()
         }
     }
+}
+
+/// Whether the hints in force are strict (an unreadable hint or owner counts as strict:
+/// the run fails on it).
+fn strict(req: &Request<'_>) -> bool {
+    owner_uuid(&req.vm.owner_uuid).is_err() || locality_object(req.vm_locality()).and_then(strict_flag).unwrap_or(true)
 }
 
 #[cfg(test)]

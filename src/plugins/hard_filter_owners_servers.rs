@@ -33,6 +33,13 @@ impl Plugin for HardFilterOwnersServers {
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
+    /// Without snippets it passes every server on.
+    fn per_server(&self, req: &Request<'_>) -> bool {
+        !req.defaults.filter_owner_server.truthy()
+    }
+    fn unchanged_by(&self, req: &mut Request<'_>, _: &[ServerId], _: &[ServerId], _: &[ServerId]) -> bool {
+        !req.defaults.filter_owner_server.truthy()
+    }
     fn run(
         &self,
         req: &mut Request<'_>,

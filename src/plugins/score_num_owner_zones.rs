@@ -64,6 +64,21 @@ impl Plugin for ScoreNumOwnerZones {
         }
         Ok(servers.to_vec())
     }
+
+    /// The increments hold while the sort by the owner's VM counts keeps its order.
+    fn unchanged_by(&self, req: &mut Request<'_>, servers: &[ServerId], _: &[ServerId], changed: &[ServerId]) -> bool {
+        let weight = scoring::weight_or_spread(
+            req,
+            &mut Reasons::discarding(),
+            "min-owner",
+            &req.defaults.weight_num_owner_zones,
+        );
+        let Some(weight) = weight.filter(|w| *w != 0.0 && !w.is_nan()) else { return true };
+        let owner = &req.vm.owner_uuid;
+        let keys: Vec<(ServerId, f64)> =
+            changed.iter().filter(|id| servers.contains(id)).map(|&id| (id, req.vms_of(id, owner) as f64)).collect();
+        req.kept_order_holds(servers.len(), &keys, weight)
+    }
 }
 
 #[cfg(test)]

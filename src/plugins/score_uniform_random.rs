@@ -43,6 +43,13 @@ impl Plugin for ScoreUniformRandom {
         linear(req, &order, weight.abs(), reasons)?;
         Ok(servers.to_vec())
     }
+
+    /// A seeded run shuffles the same list the same way.
+    fn unchanged_by(&self, req: &mut Request<'_>, _: &[ServerId], _: &[ServerId], _: &[ServerId]) -> bool {
+        let weight =
+            scoring::weight_or_spread(req, &mut Reasons::discarding(), "random", &req.defaults.weight_uniform_random);
+        req.rng_seeded || weight.is_none_or(|w| w == 0.0 || w.is_nan())
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! No deprecated spread maps to disk: any spread set switches this scorer off. Only an
 //! exact 0 weight skips (as in the original; `Defaults` never lets a NaN weight through).
 
-use super::score_unreserved_ram::score_by_unreserved;
+use super::score_unreserved_ram::{order_holds, score_by_unreserved};
 use super::shared::scoring;
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
@@ -26,18 +26,30 @@ impl Plugin for ScoreUnreservedDisk {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let spread = scoring::spread(req);
-        if spread.truthy() {
-            reasons.skip(scoring::spread_skip(spread));
-            return Ok(servers.to_vec());
+        match weight(req) {
+            Ok(weight) => score_by_unreserved(req, servers, weight, |u| u.disk_mib, reasons)?,
+            Err(skip) => reasons.skip(skip),
         }
-        let weight = req.defaults.weight_unreserved_disk.num();
-        if weight == 0.0 {
-            reasons.skip("Resolved score weight to 0.00; no changes");
-            return Ok(servers.to_vec());
-        }
-        score_by_unreserved(req, servers, weight, |u| u.disk_mib, reasons)?;
         Ok(servers.to_vec())
+    }
+
+    fn unchanged_by(&self, req: &mut Request<'_>, servers: &[ServerId], _: &[ServerId], changed: &[ServerId]) -> bool {
+        match weight(req) {
+            Ok(weight) => order_holds(req, servers, weight, |u| u.disk_mib, changed),
+            Err(_) => true,
+        }
+    }
+}
+
+/// The weight in force, or why the scorer skips.
+fn weight(req: &Request<'_>) -> Result<f64, String> {
+    let spread = scoring::spread(req);
+    if spread.truthy() {
+        return Err(scoring::spread_skip(spread));
+    }
+    match req.defaults.weight_unreserved_disk.num() {
+        0.0 => Err("Resolved score weight to 0.00; no changes".into()),
+        weight => Ok(weight),
     }
 }
 

@@ -28,22 +28,50 @@ impl Plugin for ScoreUnreservedRam {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let weight = match scoring::spread(req) {
-            Js::Undefined => req.defaults.weight_unreserved_ram.num(),
-            Js::Str(s) if &**s == "min-ram" => 2.0,
-            Js::Str(s) if &**s == "max-ram" => -2.0,
-            _ => {
-                reasons.skip("pkg or default set to score with other plugin");
-                return Ok(servers.to_vec());
-            }
-        };
-        if weight == 0.0 || weight.is_nan() {
-            reasons.skip("Resolved score weight to 0.00; no changes");
-            return Ok(servers.to_vec());
+        match weight(req) {
+            Ok(weight) => score_by_unreserved(req, servers, weight, |u| u.ram_mib, reasons)?,
+            Err(skip) => reasons.skip(skip),
         }
-        score_by_unreserved(req, servers, weight, |u| u.ram_mib, reasons)?;
         Ok(servers.to_vec())
     }
+
+    fn unchanged_by(&self, req: &mut Request<'_>, servers: &[ServerId], _: &[ServerId], changed: &[ServerId]) -> bool {
+        match weight(req) {
+            Ok(weight) => order_holds(req, servers, weight, |u| u.ram_mib, changed),
+            Err(_) => true,
+        }
+    }
+}
+
+/// The weight in force, or why the scorer skips.
+fn weight(req: &Request<'_>) -> Result<f64, &'static str> {
+    let weight = match scoring::spread(req) {
+        Js::Undefined => req.defaults.weight_unreserved_ram.num(),
+        Js::Str(s) if &**s == "min-ram" => 2.0,
+        Js::Str(s) if &**s == "max-ram" => -2.0,
+        _ => return Err("pkg or default set to score with other plugin"),
+    };
+    if weight == 0.0 || weight.is_nan() {
+        return Err("Resolved score weight to 0.00; no changes");
+    }
+    Ok(weight)
+}
+
+/// For [`Plugin::unchanged_by`]: whether [`score_by_unreserved`]'s sort of `servers` keeps its
+/// order (and so every increment) now that only `changed` servers' unreserved values differ.
+pub(crate) fn order_holds(
+    req: &mut Request<'_>,
+    servers: &[ServerId],
+    weight: f64,
+    value: fn(&Unreserved) -> f64,
+    changed: &[ServerId],
+) -> bool {
+    let keys: Vec<(ServerId, f64)> = changed
+        .iter()
+        .filter(|id| servers.contains(id))
+        .map(|&id| (id, req.state(id).unreserved.as_ref().map_or(f64::NAN, value)))
+        .collect();
+    req.kept_order_holds(servers.len(), &keys, weight)
 }
 
 /// Sorts a copy of `servers` by `weight × (a − b)` of an unreserved value (ascending, as the

@@ -12,7 +12,7 @@
 use super::shared::locality::{
     filter_far, hosts_owned, locality_object, norm_near_far, owner_uuid, strict_flag, IGNORED_NON_STRICT,
 };
-use crate::engine::parallel::sift;
+use crate::engine::parallel::map_servers;
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 
 pub struct SoftFilterLocalityHints;
@@ -53,17 +53,66 @@ impl Plugin for SoftFilterLocalityHints {
         }
         Ok(kept)
     }
+
+    /// Spreading by owner keeps the same servers while the changed ones still host (or
+    /// still do not host) the owner's VMs as they did; strict hints skip.
+    fn unchanged_by(
+        &self,
+        req: &mut Request<'_>,
+        servers: &[ServerId],
+        last: &[ServerId],
+        changed: &[ServerId],
+    ) -> bool {
+        let vm = req.vm;
+        let hints = owner_uuid(&vm.owner_uuid).and_then(|owner| {
+            let locality = locality_object(req.vm_locality())?;
+            let far_or_near = !norm_near_far(locality.get("far"), "far")?.is_empty()
+                || !norm_near_far(locality.get("near"), "near")?.is_empty();
+            Ok((owner, strict_flag(locality)?, far_or_near))
+        });
+        match hints {
+            Ok((owner, _, false)) => spread_unchanged(req, servers, last, changed, owner),
+            Ok((_, strict, true)) => strict,
+            Err(_) => false,
+        }
+    }
+}
+
+/// Whether [`spread_by_owner`] on `servers` still gives `last`, now that only the `changed`
+/// servers may host other VMs.
+fn spread_unchanged(
+    req: &Request<'_>,
+    servers: &[ServerId],
+    last: &[ServerId],
+    changed: &[ServerId],
+    owner: &str,
+) -> bool {
+    let spared = |id: ServerId| !req.hosts_vm_of(id, owner);
+    let changed = || changed.iter().copied().filter(|id| servers.contains(id));
+    if last.len() != servers.len() {
+        // Some were excluded: each changed server must be on the side it was.
+        return changed().all(|id| spared(id) == last.contains(&id));
+    }
+    // All were passed on: all were spared, or none was and spreading was ignored. So they
+    // still are while the changed servers agree with an unchanged one, or among themselves.
+    let unchanged = servers.iter().copied().find(|&id| !changed().any(|c| c == id));
+    let mut verdicts = unchanged.into_iter().chain(changed()).map(spared);
+    let first = verdicts.next();
+    verdicts.all(|v| Some(v) == first)
 }
 
 /// Keeps servers without any VM of the owner, unless there are none.
 fn spread_by_owner(req: &Request<'_>, servers: &[ServerId], reasons: &mut Reasons, owner: &str) -> Vec<ServerId> {
-    let (kept, excluded) = sift(servers, |id| req.hosts_vm_of(id, owner).then_some(()));
+    let hosts = map_servers(servers, |id| req.hosts_vm_of(id, owner));
+    let kept: Vec<ServerId> = servers.iter().zip(&hosts).filter(|(_, &hosts)| !hosts).map(|(&id, _)| id).collect();
     if kept.is_empty() {
         reasons.all(format!("exclude: spread by owner{IGNORED_NON_STRICT}"));
         return servers.to_vec();
     }
-    for (id, ()) in excluded {
-        reasons.set(req.key(id), "exclude: spread by owner");
+    if reasons.keeps() {
+        for (&id, _) in servers.iter().zip(&hosts).filter(|(_, &hosts)| hosts) {
+            reasons.set(req.key(id), "exclude: spread by owner");
+        }
     }
     kept
 }

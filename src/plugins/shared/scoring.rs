@@ -52,7 +52,9 @@ fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons, 
     let score = req.state(id).score + delta;
     req.set_score(id, score);
     req.note_score(id, raw, weight, delta);
-    reasons.set(req.key(id), Msg::Score { delta, total: score });
+    if reasons.keeps() {
+        reasons.set(req.key(id), Msg::Score { delta, total: score });
+    }
 }
 
 /// The original's "score must be a number" assertion, as an internal error.
