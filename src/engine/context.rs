@@ -536,6 +536,7 @@ impl<'r> Request<'r> {
     }
 
     /// Whether the server has a VM (inline or ticketed) whose `owner_uuid` is `owner`.
+    #[inline]
     pub fn hosts_vm_of(&self, id: ServerId, owner: &str) -> bool {
         if self.vm.owner_uuid.as_str().is_some_and(|own| std::ptr::eq(own, owner) || own == owner) {
             return self.vms_of(id, &self.vm.owner_uuid) > 0;
@@ -549,6 +550,7 @@ impl<'r> Request<'r> {
     }
 
     /// How many of the server's VMs (inline and ticketed) have `owner_uuid === owner`.
+    #[inline]
     pub fn vms_of(&self, id: ServerId, owner: &Js) -> usize {
         // The request's own owner is asked about every server, by the spreading and by the
         // owner-zone scorer alike: counted once per server state (which a run that keeps

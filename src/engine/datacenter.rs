@@ -256,15 +256,17 @@ impl<'a> Datacenter<'a> {
         }
         add_bytes(&mut server.disk_zone_quota_bytes, vm.quota_bytes);
         add_bytes(&mut server.disk_kvm_zvol_volsize_bytes, vm.zvol_bytes);
-        let listed = ServerVm::from(vm.vm.clone());
+        let json = (!self.raw_servers.is_empty()).then(|| vm.to_json());
+        let ProvisionedVm { uuid, vm: fields, quota_bytes, zvol_bytes } = vm;
+        let listed = ServerVm::from(fields);
         if let Some(index) = self.lookups.vm_index.get_mut() {
-            index.insert(id, &server.uuid, &vm.uuid, &listed);
+            index.insert(id, &server.uuid, &uuid, &listed);
         }
-        server.add_new_vm(Cow::Owned(vm.uuid.clone()), listed);
-        if !self.raw_servers.is_empty() {
-            self.rewrite_json(id, &vm.uuid, Some(vm.to_json()));
+        server.add_new_vm(Cow::Owned(uuid.clone()), listed);
+        if let Some(json) = json {
+            self.rewrite_json(id, &uuid, Some(json));
         }
-        self.added.insert(vm.uuid, Added { server: id, quota_bytes: vm.quota_bytes, zvol_bytes: vm.zvol_bytes });
+        self.added.insert(uuid, Added { server: id, quota_bytes, zvol_bytes });
         Ok(())
     }
 
