@@ -73,6 +73,25 @@ impl Expr {
     /// [`Expr::run`] without steps (the plugins' reasons not kept), for a caller that needs
     /// only the servers passed on.
     pub fn run_unrecorded(&self, req: &mut Request<'_>, input: Vec<ServerId>) -> Result<Vec<ServerId>, PluginError> {
+        self.run_quietly(req, input, None)
+    }
+
+    /// [`Expr::run_unrecorded`], noting what each plugin passed on, in the order they ran.
+    pub fn run_noting(
+        &self,
+        req: &mut Request<'_>,
+        input: Vec<ServerId>,
+        outputs: &mut Vec<Vec<ServerId>>,
+    ) -> Result<Vec<ServerId>, PluginError> {
+        self.run_quietly(req, input, Some(outputs))
+    }
+
+    fn run_quietly(
+        &self,
+        req: &mut Request<'_>,
+        input: Vec<ServerId>,
+        mut outputs: Option<&mut Vec<Vec<ServerId>>>,
+    ) -> Result<Vec<ServerId>, PluginError> {
         match self {
             Expr::Plugin(plugin) => {
                 let output = plugin.run(req, &input, &mut Reasons::discarding())?;
@@ -80,6 +99,9 @@ impl Expr {
                     if let Some(broken) = broken_promise(plugin.declaration(), &input, &output) {
                         panic!("plugin contract broken: {broken}");
                     }
+                }
+                if let Some(outputs) = outputs {
+                    outputs.push(output.clone());
                 }
                 Ok(output)
             }
@@ -89,7 +111,7 @@ impl Expr {
                     if current.is_empty() {
                         break;
                     }
-                    current = item.run_unrecorded(req, current)?;
+                    current = item.run_quietly(req, current, outputs.as_deref_mut())?;
                 }
                 Ok(current)
             }
@@ -99,7 +121,7 @@ impl Expr {
                     if i > 0 && !output.is_empty() {
                         break;
                     }
-                    output = item.run_unrecorded(req, input.clone())?;
+                    output = item.run_quietly(req, input.clone(), outputs.as_deref_mut())?;
                 }
                 Ok(output)
             }

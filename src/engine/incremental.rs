@@ -259,48 +259,12 @@ impl<'e> Placer<'e> {
                     outputs.push(output.clone());
                     output
                 }
-                _ => run_noting(item, req, current, &mut outputs)?,
+                _ => item.run_noting(req, current, &mut outputs)?,
             };
         }
         let chosen = select(&current, req.states());
         self.last = chosen.map(|chosen| LastRun { outputs, chosen });
         Ok(chosen)
-    }
-}
-
-/// [`Expr::run_unrecorded`], noting what each plugin passed on, in the order they ran.
-fn run_noting(
-    expr: &Expr,
-    req: &mut Request<'_>,
-    input: Vec<ServerId>,
-    outputs: &mut Vec<Vec<ServerId>>,
-) -> Result<Vec<ServerId>, PluginError> {
-    match expr {
-        Expr::Plugin(_) => {
-            let output = expr.run_unrecorded(req, input)?;
-            outputs.push(output.clone());
-            Ok(output)
-        }
-        Expr::Pipe(items) => {
-            let mut current = input;
-            for item in items {
-                if current.is_empty() {
-                    break;
-                }
-                current = run_noting(item, req, current, outputs)?;
-            }
-            Ok(current)
-        }
-        Expr::Or(items) => {
-            let mut output = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 && !output.is_empty() {
-                    break;
-                }
-                output = run_noting(item, req, input.clone(), outputs)?;
-            }
-            Ok(output)
-        }
     }
 }
 
