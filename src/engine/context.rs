@@ -319,12 +319,20 @@ impl<'r> Request<'r> {
 
     /// For a check that a run would sort as the last one did ([`Plugin::unchanged_by`](super::plugin::Plugin::unchanged_by)):
     /// takes the next kept order, as [`Request::sort_by_scaled`] would, and tells whether
-    /// the same list (of `len` servers) sorted again gives that order now that only the
-    /// servers of `changed` have new keys (`(id, key)`). `false` when no order is kept.
-    pub fn kept_order_holds(&mut self, len: usize, changed: &[(ServerId, f64)], weight: f64) -> bool {
+    /// sorting `servers` (the list last sorted) again by `key` gives that order now that
+    /// only the servers of `changed` may have new keys. `false` when no order is kept.
+    pub fn kept_order_holds(
+        &mut self,
+        servers: &[ServerId],
+        changed: &[ServerId],
+        weight: f64,
+        key: impl Fn(&Request<'r>, ServerId) -> f64,
+    ) -> bool {
+        let keys: Vec<(ServerId, f64)> =
+            changed.iter().filter(|id| servers.contains(id)).map(|&id| (id, key(self, id))).collect();
         let Some((orders, next)) = self.kept_orders.as_mut() else { return false };
         *next += 1;
-        orders.get_mut(*next - 1).is_some_and(|kept| kept.holds(len, changed, weight))
+        orders.get_mut(*next - 1).is_some_and(|kept| kept.holds(servers.len(), &keys, weight))
     }
 
     /// Where the next sort takes its kept order from (see [`Request::sort_by_scaled`]).

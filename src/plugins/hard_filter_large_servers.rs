@@ -50,9 +50,7 @@ impl Plugin for HardFilterLargeServers {
         if req.defaults.filter_large_servers.switched_off() || (servers.len() as f64 * LARGE_POOL_RATIO) < 1.0 {
             return true;
         }
-        let keys: Vec<(ServerId, f64)> =
-            changed.iter().filter(|id| servers.contains(id)).map(|&id| (id, unreserved_ram(req, id))).collect();
-        req.kept_order_holds(servers.len(), &keys, -1.0)
+        req.kept_order_holds(servers, changed, -1.0, unreserved_ram)
     }
 }
 

@@ -31,14 +31,9 @@ impl Plugin for ScoreNumOwnerZones {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let Some(weight) = scoring::weight_or_spread(req, reasons, "min-owner", &req.defaults.weight_num_owner_zones)
-        else {
+        let Some(weight) = weight(req, reasons) else {
             return Ok(servers.to_vec());
         };
-        if weight == 0.0 || weight.is_nan() {
-            reasons.skip("Resolved score weight to 0.00; no changes");
-            return Ok(servers.to_vec());
-        }
 
         let owner = &req.vm.owner_uuid;
         let counts: Vec<(ServerId, u32)> = servers.iter().map(|&id| (id, req.vms_of(id, owner) as u32)).collect();
@@ -67,18 +62,19 @@ impl Plugin for ScoreNumOwnerZones {
 
     /// The increments hold while the sort by the owner's VM counts keeps its order.
     fn unchanged_by(&self, req: &mut Request<'_>, servers: &[ServerId], _: &[ServerId], changed: &[ServerId]) -> bool {
-        let weight = scoring::weight_or_spread(
-            req,
-            &mut Reasons::discarding(),
-            "min-owner",
-            &req.defaults.weight_num_owner_zones,
-        );
-        let Some(weight) = weight.filter(|w| *w != 0.0 && !w.is_nan()) else { return true };
-        let owner = &req.vm.owner_uuid;
-        let keys: Vec<(ServerId, f64)> =
-            changed.iter().filter(|id| servers.contains(id)).map(|&id| (id, req.vms_of(id, owner) as f64)).collect();
-        req.kept_order_holds(servers.len(), &keys, weight)
+        let Some(weight) = weight(req, &mut Reasons::discarding()) else { return true };
+        req.kept_order_holds(servers, changed, weight, |req, id| req.vms_of(id, &req.vm.owner_uuid) as f64)
     }
+}
+
+/// The weight in force, or `None` when the scorer skips (the reason written).
+fn weight(req: &Request<'_>, reasons: &mut Reasons) -> Option<f64> {
+    let weight = scoring::weight_or_spread(req, reasons, "min-owner", &req.defaults.weight_num_owner_zones)?;
+    if weight == 0.0 || weight.is_nan() {
+        reasons.skip("Resolved score weight to 0.00; no changes");
+        return None;
+    }
+    Some(weight)
 }
 
 #[cfg(test)]

@@ -26,15 +26,9 @@ impl Plugin for ScoreUniformRandom {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let Some(weight) = scoring::weight_or_spread(req, reasons, "random", &req.defaults.weight_uniform_random)
-        else {
+        let Some(weight) = weight(req, reasons) else {
             return Ok(servers.to_vec());
         };
-        if weight == 0.0 || weight.is_nan() {
-            // Unlike the other scorers, this message says `0`, not `0.00`.
-            reasons.skip("Resolved score weight to 0; no changes");
-            return Ok(servers.to_vec());
-        }
         let mut order = servers.to_vec();
         for i in (1..order.len()).rev() {
             let j = req.rng.gen_range(0..=i);
@@ -46,10 +40,19 @@ impl Plugin for ScoreUniformRandom {
 
     /// A seeded run shuffles the same list the same way.
     fn unchanged_by(&self, req: &mut Request<'_>, _: &[ServerId], _: &[ServerId], _: &[ServerId]) -> bool {
-        let weight =
-            scoring::weight_or_spread(req, &mut Reasons::discarding(), "random", &req.defaults.weight_uniform_random);
-        req.rng_seeded || weight.is_none_or(|w| w == 0.0 || w.is_nan())
+        req.rng_seeded || weight(req, &mut Reasons::discarding()).is_none()
     }
+}
+
+/// The weight in force, or `None` when the scorer skips (the reason written).
+fn weight(req: &Request<'_>, reasons: &mut Reasons) -> Option<f64> {
+    let weight = scoring::weight_or_spread(req, reasons, "random", &req.defaults.weight_uniform_random)?;
+    if weight == 0.0 || weight.is_nan() {
+        // Unlike the other scorers, this message says `0`, not `0.00`.
+        reasons.skip("Resolved score weight to 0; no changes");
+        return None;
+    }
+    Some(weight)
 }
 
 #[cfg(test)]

@@ -66,12 +66,12 @@ pub(crate) fn order_holds(
     value: fn(&Unreserved) -> f64,
     changed: &[ServerId],
 ) -> bool {
-    let keys: Vec<(ServerId, f64)> = changed
-        .iter()
-        .filter(|id| servers.contains(id))
-        .map(|&id| (id, req.state(id).unreserved.as_ref().map_or(f64::NAN, value)))
-        .collect();
-    req.kept_order_holds(servers.len(), &keys, weight)
+    req.kept_order_holds(servers, changed, weight, |req, id| unreserved_of(req, id, value))
+}
+
+/// A server's unreserved value, or NaN (as the original's `undefined`) before it is known.
+fn unreserved_of(req: &Request<'_>, id: ServerId, value: fn(&Unreserved) -> f64) -> f64 {
+    req.state(id).unreserved.as_ref().map_or(f64::NAN, value)
 }
 
 /// Sorts a copy of `servers` by `weight × (a − b)` of an unreserved value (ascending, as the
@@ -84,7 +84,7 @@ pub(crate) fn score_by_unreserved(
     value: fn(&Unreserved) -> f64,
     reasons: &mut Reasons,
 ) -> Result<(), PluginError> {
-    let mib: Vec<f64> = servers.iter().map(|&id| req.state(id).unreserved.as_ref().map_or(f64::NAN, value)).collect();
+    let mib: Vec<f64> = servers.iter().map(|&id| unreserved_of(req, id, value)).collect();
     if req.explaining() {
         for (&id, &mib) in servers.iter().zip(&mib) {
             req.note_raw(id, crate::js::num_to_json(mib));
