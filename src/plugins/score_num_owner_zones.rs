@@ -69,12 +69,8 @@ impl Plugin for ScoreNumOwnerZones {
 
 /// The weight in force, or `None` when the scorer skips (the reason written).
 fn weight(req: &Request<'_>, reasons: &mut Reasons) -> Option<f64> {
-    let weight = scoring::weight_or_spread(req, reasons, "min-owner", &req.defaults.weight_num_owner_zones)?;
-    if weight == 0.0 || weight.is_nan() {
-        reasons.skip("Resolved score weight to 0.00; no changes");
-        return None;
-    }
-    Some(weight)
+    let configured = &req.defaults.weight_num_owner_zones;
+    scoring::weight_in_force(req, reasons, "min-owner", configured, "Resolved score weight to 0.00; no changes")
 }
 
 #[cfg(test)]

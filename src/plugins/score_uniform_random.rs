@@ -46,13 +46,9 @@ impl Plugin for ScoreUniformRandom {
 
 /// The weight in force, or `None` when the scorer skips (the reason written).
 fn weight(req: &Request<'_>, reasons: &mut Reasons) -> Option<f64> {
-    let weight = scoring::weight_or_spread(req, reasons, "random", &req.defaults.weight_uniform_random)?;
-    if weight == 0.0 || weight.is_nan() {
-        // Unlike the other scorers, this message says `0`, not `0.00`.
-        reasons.skip("Resolved score weight to 0; no changes");
-        return None;
-    }
-    Some(weight)
+    // Unlike the other scorers, this message says `0`, not `0.00`.
+    let configured = &req.defaults.weight_uniform_random;
+    scoring::weight_in_force(req, reasons, "random", configured, "Resolved score weight to 0; no changes")
 }
 
 #[cfg(test)]

@@ -46,6 +46,22 @@ pub fn weight_or_spread(
     None
 }
 
+/// [`weight_or_spread`], also skipping (with `zero_skip` as the reason) a weight of 0 or NaN.
+pub fn weight_in_force(
+    req: &Request<'_>,
+    reasons: &mut Reasons,
+    forcing_spread: &str,
+    configured: &Js,
+    zero_skip: &'static str,
+) -> Option<f64> {
+    let weight = weight_or_spread(req, reasons, forcing_spread, configured)?;
+    if weight == 0.0 || weight.is_nan() {
+        reasons.skip(zero_skip);
+        return None;
+    }
+    Some(weight)
+}
+
 /// Adds `delta` to the server's score and records the reason (and, when explaining, the
 /// value the server was placed by and the weight).
 fn bump(req: &mut Request<'_>, id: ServerId, delta: f64, reasons: &mut Reasons, raw: f64, weight: f64) {
