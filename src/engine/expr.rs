@@ -67,7 +67,20 @@ impl Expr {
         input: Vec<ServerId>,
         steps: &mut Vec<Step>,
     ) -> Result<Vec<ServerId>, PluginError> {
-        self.run_from(req, input, None, steps).map(|(output, _)| output)
+        self.run_from(req, input, None, steps, true).map(|(output, _)| output)
+    }
+
+    /// [`Expr::run`] on a list that is the `remaining` of step `source` (`None`: the servers
+    /// received), keeping no reasons in the steps (an answer that gives only the counts);
+    /// returns the output and the step it is the `remaining` of.
+    pub fn run_counting(
+        &self,
+        req: &mut Request<'_>,
+        input: Vec<ServerId>,
+        source: Option<usize>,
+        steps: &mut Vec<Step>,
+    ) -> Result<(Vec<ServerId>, Option<usize>), PluginError> {
+        self.run_from(req, input, source, steps, false)
     }
 
     /// [`Expr::run`] without steps (the plugins' reasons not kept), for a caller that needs
@@ -129,17 +142,19 @@ impl Expr {
     }
 
     /// [`Expr::run`] on a list that is the `remaining` of step `source` (`None`: the servers
-    /// received); returns the output and the step it is the `remaining` of.
+    /// received), the steps' reasons kept or not; returns the output and the step it is
+    /// the `remaining` of.
     fn run_from(
         &self,
         req: &mut Request<'_>,
         input: Vec<ServerId>,
         source: Option<usize>,
         steps: &mut Vec<Step>,
+        keep_reasons: bool,
     ) -> Result<(Vec<ServerId>, Option<usize>), PluginError> {
         match self {
             Expr::Plugin(plugin) => {
-                let mut reasons = Reasons::default();
+                let mut reasons = if keep_reasons { Reasons::default() } else { Reasons::discarding() };
                 req.begin_note_step(steps.len());
                 let started = std::time::Instant::now();
                 let output = plugin.run(req, &input, &mut reasons)?;
@@ -166,7 +181,7 @@ impl Expr {
                     if current.0.is_empty() {
                         break;
                     }
-                    current = item.run_from(req, current.0, current.1, steps)?;
+                    current = item.run_from(req, current.0, current.1, steps, keep_reasons)?;
                 }
                 Ok(current)
             }
@@ -176,7 +191,7 @@ impl Expr {
                     if i > 0 && !output.0.is_empty() {
                         break;
                     }
-                    output = item.run_from(req, input.clone(), source, steps)?;
+                    output = item.run_from(req, input.clone(), source, steps, keep_reasons)?;
                 }
                 Ok(output)
             }

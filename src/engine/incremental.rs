@@ -39,19 +39,19 @@ enum Memo {
 }
 
 /// The chain split where the first plugin that compares servers stands.
-struct Split {
-    per_server: Vec<Arc<dyn Plugin>>,
+pub(super) struct Split {
+    pub(super) per_server: Vec<Arc<dyn Plugin>>,
     /// The top-level elements after them.
-    rest: Vec<Expr>,
+    pub(super) rest: Vec<Expr>,
     /// Whether the rest writes nothing per server but scores: then a kept server's state
     /// needs only its score put back between placements (what it writes for the request as
     /// a whole is written again to each placement's new request).
-    rest_writes_scores_only: bool,
+    pub(super) rest_writes_scores_only: bool,
 }
 
 /// A list-only scorer's increments ([`Declaration::list_only`](super::plugin::Declaration::list_only))
 /// for the list it was last given.
-enum Increments {
+pub(super) enum Increments {
     /// By position in that list.
     InOrder { input: Vec<ServerId>, deltas: Vec<f64> },
     /// For a scorer [`order_free`](Plugin::order_free) for the request: by server id, `None`
@@ -272,7 +272,7 @@ impl<'e> Placer<'e> {
 /// do as it did in the run that noted `outputs` (taken in the order that run made them):
 /// `input` is that run's, and only the `changed` servers differ since. `None` as soon as
 /// one plugin might not.
-fn unchanged_pipe<'o>(
+pub(super) fn unchanged_pipe<'o>(
     items: &[Expr],
     req: &mut Request<'_>,
     input: &'o [ServerId],
@@ -341,7 +341,7 @@ fn per_server_unchanged(
 /// Runs a list-only scorer on `servers`, or adds its increments again when it was last given
 /// the same list. Its increments are taken by running it from scores of 0 (`0 + x` is `x`),
 /// then added to the scores as it adds them (`score + x`, one addition per server).
-fn score(
+pub(super) fn score(
     plugin: &dyn Plugin,
     req: &mut Request<'_>,
     servers: Vec<ServerId>,
@@ -377,7 +377,7 @@ fn score(
 }
 
 /// The chain's leading per-server plugins (for this request) and what follows them.
-fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
+pub(super) fn split_chain(chain: &Expr, req: &Request<'_>) -> Split {
     let Expr::Pipe(items) = chain else {
         return Split::new(Vec::new(), vec![chain.clone()]);
     };

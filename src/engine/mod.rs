@@ -12,6 +12,7 @@ pub mod incremental;
 pub mod parallel;
 pub mod plugin;
 pub mod reasons;
+pub mod recurring;
 pub mod summary;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -31,6 +32,7 @@ pub use plugin::{
     keep_passing, Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict,
 };
 pub use reasons::{write_json_str, KeyTable, Msg, ReasonKey, Reasons, ServerKey};
+pub use recurring::{Changed, Recurring};
 pub use summary::{Step, StepsFormat, StepsView};
 
 use crate::js::num_to_json;
@@ -64,6 +66,9 @@ pub struct Engine {
     capacity_chain: Expr,
     defaults: Defaults,
     warnings: Vec<String>,
+    /// Tells engines apart (a config reload builds another): what one kept across
+    /// requests ([`Recurring`]) is not used with another.
+    id: u64,
 }
 
 /// Why an engine could not be built: what to fix in the config.
@@ -112,7 +117,9 @@ impl Engine {
         capacity.extend(CAPACITY_CHAIN.iter().map(|&n| Value::from(n)));
         let capacity_chain = Expr::parse(&Value::Array(capacity), registry).map_err(EngineError::Description)?;
         let warnings = chain.data_flow_warnings();
-        Ok(Engine { chain, capacity_chain, defaults, warnings })
+        static BUILT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Engine { chain, capacity_chain, defaults, warnings, id })
     }
 
     /// Builds the engine from `{"allocationDescription": [...], "defaults": {...}}`.
@@ -167,29 +174,42 @@ impl Engine {
         body: &AllocateBody<'_>,
         explain: bool,
     ) -> Result<Allocation, PluginError> {
+        let mut req = self.request(held, body, vec![ServerState::default(); held.servers.len()]);
+        if explain {
+            req.record_notes();
+        }
+        let mut steps = Vec::new();
+        let input: Vec<ServerId> = (0..held.servers.len()).collect();
+        let survivors = self.chain.run(&mut req, input, &mut steps)?;
+        let chosen = select(&survivors, req.states());
+        let (state, notes) = req.finish();
+        Ok(Allocation { chosen, steps, state, notes })
+    }
+
+    /// The working set of an allocation of `body` on `held`, over `states` (one per server).
+    fn request<'r>(&'r self, held: Held<'r>, body: &'r AllocateBody<'_>, states: Vec<ServerState>) -> Request<'r> {
         let seed = body.seed.or(self.defaults.seed);
         let rng = match seed {
             Some(s) => StdRng::seed_from_u64(s),
             None => StdRng::from_entropy(),
         };
-        let servers = held.servers;
-        let mut req =
-            Request::new(servers, &body.vm, &body.image, body.package.as_ref(), &body.tickets, &self.defaults, rng);
+        let mut req = Request::with_states(
+            held.servers,
+            &body.vm,
+            &body.image,
+            body.package.as_ref(),
+            &body.tickets,
+            &self.defaults,
+            rng,
+            states,
+        );
         req.raw_servers = held.raw_servers;
         req.held_tickets = held.tickets;
         if let Some(lookups) = held.lookups {
             req.share_lookups(lookups);
         }
-        if explain {
-            req.record_notes();
-        }
         req.raw_params = body.raw;
-        let mut steps = Vec::new();
-        let input: Vec<ServerId> = (0..servers.len()).collect();
-        let survivors = self.chain.run(&mut req, input, &mut steps)?;
-        let chosen = select(&survivors, req.states());
-        let (state, notes) = req.finish();
-        Ok(Allocation { chosen, steps, state, notes })
+        req
     }
 
     /// Unreserved CPU, RAM and disk of each server that passes the capacity chain.

@@ -6,6 +6,7 @@
 //! small requests (CNAPI's usual tens of servers) stay on the calling thread. Results keep
 //! the candidates' order, so the answer is the same either way.
 
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use crate::engine::ServerId;
@@ -16,6 +17,24 @@ pub const PARALLEL_FROM: usize = 1024;
 fn cores() -> usize {
     static CORES: OnceLock<usize> = OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+thread_local! {
+    static ONE_CORE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every pass over the servers on the calling thread: for a caller whose
+/// runs are one at a time while the other cores serve other work (inventory mode's
+/// decisions), where starting threads costs more, and waits longer, than it saves.
+pub fn on_one_core<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            ONE_CORE.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(ONE_CORE.with(|c| c.replace(true)));
+    f()
 }
 
 /// `f` of each candidate, in the candidates' order.
@@ -33,7 +52,7 @@ pub fn map_servers<T: Send>(ids: &[ServerId], f: impl Fn(ServerId) -> T + Sync) 
 /// one), in order.
 pub fn map_parts<'i, T: Send>(ids: &'i [ServerId], f: impl Fn(&'i [ServerId]) -> T + Sync) -> Vec<T> {
     let threads = cores().min(ids.len() / PARALLEL_FROM).max(1);
-    if threads == 1 {
+    if threads == 1 || ONE_CORE.with(Cell::get) {
         return vec![f(ids)];
     }
     let per_thread = ids.len().div_ceil(threads);

@@ -422,7 +422,9 @@ pub(super) fn allocate<T>(
             answer
         };
         let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
-        let allocated = inventory.allocate(engine, &request, explain.is_some(), watched, handle, &mut write, &mut core);
+        let counts = steps == StepsFormat::Counts;
+        let allocated =
+            inventory.allocate(engine, &request, explain.is_some(), counts, watched, handle, &mut write, &mut core);
         allocated.map_err(|e| match e {
             AllocateError::Unavailable(m) => ApiError::Unavailable(m),
             AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),

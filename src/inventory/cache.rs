@@ -10,7 +10,7 @@
 //!
 //! Claims are kept apart ([`Claims`]): tickets handed to the engine as they are.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +20,7 @@ use serde_json::value::RawValue;
 use super::store::{ServerChange, ServerRecord, StoredClaim};
 use crate::engine::vm_index::VmIndex;
 use crate::engine::{Held, KeyTable, Lookups};
+use crate::fxhash::FxBuild;
 use crate::model::{Server, Ticket};
 use crate::record::SharedText;
 use crate::wire::parse_capacity_body;
@@ -95,6 +96,10 @@ pub struct Model {
     /// VM index entries replaced since it was built (its dead entries; rebuilt past the
     /// live count).
     replaced_vms: usize,
+    /// Moves when servers are added, deleted or reordered (their ids change).
+    layout: u64,
+    /// Per server, moves when it is parsed anew (its facts may have changed).
+    revisions: Vec<u64>,
 }
 
 impl Default for Model {
@@ -110,6 +115,8 @@ impl Default for Model {
             index: HashMap::new(),
             generation: AtomicI64::new(0),
             replaced_vms: 0,
+            layout: 0,
+            revisions: Vec::new(),
         }
     }
 }
@@ -151,6 +158,21 @@ impl Model {
 
     pub fn uuid(&self, id: usize) -> &str {
         &self.uuids[id]
+    }
+
+    /// Moves whenever a server id may stand for another server than before.
+    pub fn layout(&self) -> u64 {
+        self.layout
+    }
+
+    /// Moves whenever server `id` is parsed anew.
+    pub fn revision_of(&self, id: usize) -> u64 {
+        self.revisions[id]
+    }
+
+    /// The id of the server `uuid`.
+    pub fn id_of(&self, uuid: &str) -> Option<usize> {
+        self.index.get(uuid).copied()
     }
 
     pub fn generation_of(&self, id: usize) -> i64 {
@@ -252,6 +274,7 @@ impl Model {
     /// Servers placed after every held one: pushed in position order; the VM index takes
     /// their VMs and the key table is made again (one uuid per server: cheap).
     fn append(&mut self, mut added: Vec<(String, i64, i64, ParsedServer)>) {
+        self.layout += 1;
         added.sort_by_key(|a| a.2);
         for (uuid, generation, position, parsed) in added {
             let id = self.servers.len();
@@ -262,6 +285,7 @@ impl Model {
             self.positions.push(position);
             self.uuids.push(uuid);
             self.generations.push(AtomicI64::new(generation));
+            self.revisions.push(0);
             self.servers.push(parsed.server);
             self.raw.push(parsed.raw);
             self.texts.push(parsed.text);
@@ -287,6 +311,7 @@ impl Model {
                 index.insert(i, &server.uuid, uuid, vm);
             }
         }
+        self.revisions[i] += 1;
         // Each old part is dropped before the old text it borrows from.
         self.servers[i] = parsed.server;
         self.raw[i] = parsed.raw;
@@ -295,6 +320,7 @@ impl Model {
 
     /// The servers put in position order again without those removed and with those added.
     fn rebuild(&mut self, removed: HashSet<usize>, added: Vec<(String, i64, i64, ParsedServer)>) {
+        self.layout += 1;
         let servers = std::mem::take(&mut self.servers);
         let raw = std::mem::take(&mut self.raw);
         let texts = std::mem::take(&mut self.texts);
@@ -316,6 +342,7 @@ impl Model {
         rows.extend(added.into_iter().map(|(u, g, p, parsed)| (p, u, g, parsed.server, parsed.raw, parsed.text)));
         rows.sort_by_key(|r| r.0);
         self.index.clear();
+        self.revisions = vec![0; rows.len()];
         for (i, (p, u, g, s, r, t)) in rows.into_iter().enumerate() {
             self.index.insert(u.clone(), i);
             self.positions.push(p);
@@ -376,7 +403,16 @@ pub struct Claims {
     claims: Vec<Claim>,
     /// The earliest expiry (pruned once passed).
     earliest: f64,
+    /// Each claim's position, by VM uuid.
+    positions: HashMap<String, usize, FxBuild>,
+    /// The servers whose tickets changed, latest last, numbered from `logged - log.len()`.
+    log: VecDeque<String>,
+    logged: u64,
 }
+
+/// Server changes remembered for [`Claims::changed_since`]; a reader further behind sees
+/// every server changed.
+const LOGGED: usize = 4096;
 
 fn ticket(vm_uuid: &str, server_uuid: &str, resources: &str) -> Ticket {
     let extra: serde_json::Value = serde_json::from_str(resources).unwrap_or(serde_json::Value::Null);
@@ -417,20 +453,93 @@ impl Claims {
         self.claims.is_empty()
     }
 
+    /// How many ticket changes there have been (for [`Claims::changed_since`]).
+    pub fn changes(&self) -> u64 {
+        self.logged
+    }
+
+    /// The servers whose tickets changed after the first `seen` changes; `None` when that
+    /// is no longer known.
+    pub fn changed_since(&self, seen: u64) -> Option<impl Iterator<Item = &str>> {
+        let first = self.logged - self.log.len() as u64;
+        if seen < first || seen > self.logged {
+            return None;
+        }
+        Some(self.log.iter().skip((seen - first) as usize).map(String::as_str))
+    }
+
+    fn note(&mut self, server_uuid: &str) {
+        if self.log.len() == LOGGED {
+            self.log.pop_front();
+        }
+        self.log.push_back(server_uuid.to_string());
+        self.logged += 1;
+    }
+
+    /// Drops the claim at `i`.
+    fn drop_at(&mut self, i: usize) {
+        self.tickets.remove(i);
+        let claim = self.claims.remove(i);
+        self.positions.remove(&claim.vm_uuid);
+        // Those after it moved up (the tickets keep their order: it is counted in).
+        self.positions.values_mut().filter(|p| **p > i).for_each(|p| *p -= 1);
+        self.note(&claim.server_uuid);
+    }
+
+    /// Keeps the claims `keep` says so of, in order.
+    fn retain(&mut self, keep: impl Fn(&Claim) -> bool) {
+        let kept: Vec<bool> = self.claims.iter().map(&keep).collect();
+        if kept.iter().all(|&k| k) {
+            return;
+        }
+        // Where each kept claim moves: up by the number dropped before it.
+        let mut moved_to = Vec::with_capacity(kept.len());
+        let mut next = 0;
+        for &k in &kept {
+            moved_to.push(next);
+            next += usize::from(k);
+        }
+        self.positions.retain(|_, at| kept[*at]);
+        self.positions.values_mut().for_each(|at| *at = moved_to[*at]);
+        let mut dropped = Vec::new();
+        let mut i = 0;
+        self.claims.retain(|c| {
+            i += 1;
+            if !kept[i - 1] {
+                dropped.push(c.server_uuid.clone());
+            }
+            kept[i - 1]
+        });
+        let mut i = 0;
+        self.tickets.retain(|_| {
+            i += 1;
+            kept[i - 1]
+        });
+        for server in dropped {
+            self.note(&server);
+        }
+    }
+
     fn position(&self, vm_uuid: &str) -> Option<usize> {
-        self.claims.iter().position(|c| c.vm_uuid == vm_uuid)
+        self.positions.get(vm_uuid).copied()
     }
 
     /// Adds (or replaces) the claim of `vm_uuid`.
     pub fn upsert(&mut self, claim: Claim, resources: &str) {
         let t = ticket(&claim.vm_uuid, &claim.server_uuid, resources);
         self.earliest = if self.claims.is_empty() { claim.expires } else { self.earliest.min(claim.expires) };
+        self.note(&claim.server_uuid);
         match self.position(&claim.vm_uuid) {
             Some(i) => {
+                if self.claims[i].server_uuid != claim.server_uuid {
+                    let before = self.claims[i].server_uuid.clone();
+                    self.note(&before);
+                }
                 self.tickets[i] = t;
                 self.claims[i] = claim;
             }
             None => {
+                self.positions.insert(claim.vm_uuid.clone(), self.claims.len());
                 self.tickets.push(t);
                 self.claims.push(claim);
             }
@@ -439,8 +548,7 @@ impl Claims {
 
     pub fn remove(&mut self, vm_uuid: &str) {
         if let Some(i) = self.position(vm_uuid) {
-            self.tickets.remove(i);
-            self.claims.remove(i);
+            self.drop_at(i);
         }
     }
 
@@ -461,19 +569,32 @@ impl Claims {
         if servers.is_empty() && fresh.is_empty() {
             return;
         }
-        let mut i = 0;
-        while i < self.claims.len() {
-            let c = &self.claims[i];
-            if !c.pending && c.generation <= upto && servers.contains(&c.server_uuid) {
-                self.tickets.remove(i);
-                self.claims.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        // Usually a server or two: compared directly rather than hashed per claim.
+        let touched: Option<Vec<&str>> = (servers.len() <= 8).then(|| servers.iter().map(String::as_str).collect());
+        let is_touched = |uuid: &str| match &touched {
+            Some(few) => few.contains(&uuid),
+            None => servers.contains(uuid),
+        };
+        // Those the store still has are kept where they are (and changed only if they
+        // differ): a catch-up after an own claim's commit changes nothing.
+        let in_store: HashSet<&str> = fresh.iter().map(|(c, _)| c.vm_uuid.as_str()).collect();
+        self.retain(|c| {
+            c.pending || c.generation > upto || !is_touched(&c.server_uuid) || in_store.contains(c.vm_uuid.as_str())
+        });
         for (c, generation) in fresh {
-            if self.position(&c.vm_uuid).is_some_and(|i| self.claims[i].generation > upto && !self.claims[i].pending) {
-                continue;
+            if let Some(i) = self.position(&c.vm_uuid) {
+                let held = &self.claims[i];
+                if held.generation > upto && !held.pending {
+                    continue;
+                }
+                let same = !held.pending
+                    && held.server_uuid == c.server_uuid
+                    && held.expires == c.expires
+                    && self.tickets[i] == ticket(&c.vm_uuid, &c.server_uuid, &c.resources);
+                if same {
+                    self.claims[i].generation = generation;
+                    continue;
+                }
             }
             let claim = Claim {
                 vm_uuid: c.vm_uuid,
@@ -491,15 +612,7 @@ impl Claims {
         if self.claims.is_empty() || self.earliest > now {
             return;
         }
-        let mut i = 0;
-        while i < self.claims.len() {
-            if !self.claims[i].pending && self.claims[i].expires <= now {
-                self.tickets.remove(i);
-                self.claims.remove(i);
-            } else {
-                i += 1;
-            }
-        }
+        self.retain(|c| c.pending || c.expires > now);
         self.earliest = self.claims.iter().map(|c| c.expires).fold(f64::INFINITY, f64::min);
     }
 
@@ -653,5 +766,47 @@ mod tests {
         claims.committed("v2", 10, 5.0);
         claims.prune(6.0);
         assert_eq!(claims.len(), 1, "v2 expired");
+    }
+
+    #[test]
+    fn claims_keep_their_order_and_say_which_servers_changed() {
+        let mut claims = Claims::default();
+        let resources = r#"{"max_physical_memory": 1024}"#;
+        let claim = |vm: &str, server: &str, expires: f64| Claim {
+            vm_uuid: vm.into(),
+            server_uuid: server.into(),
+            expires,
+            pending: false,
+            generation: 1,
+        };
+        let ids = |tickets: &[Ticket]| -> Vec<String> { tickets.iter().map(|t| t.id.to_js_string()).collect() };
+        for (vm, server, expires) in [("v1", "a", 5.0), ("v2", "b", 50.0), ("v3", "c", 50.0), ("v4", "a", 50.0)] {
+            claims.upsert(claim(vm, server, expires), resources);
+        }
+        let seen = claims.changes();
+        claims.remove("v2");
+        let changed: Vec<&str> = claims.changed_since(seen).expect("known").collect();
+        assert_eq!(changed, ["b"]);
+        assert_eq!(ids(&claims.tickets_for("v4")), ["v1", "v3"]);
+        claims.prune(10.0);
+        assert_eq!(ids(&claims.tickets_for("x")), ["v3", "v4"]);
+        assert_eq!(ids(&claims.tickets_for("v4")), ["v3"], "v4's position follows the claims dropped before it");
+        let seen = claims.changes();
+        claims.replace_for(&["c".to_string()].into(), Vec::new(), 1);
+        assert_eq!(ids(&claims.tickets_for("x")), ["v4"]);
+        assert_eq!(ids(&claims.tickets_for("v4")), Vec::<String>::new());
+        assert_eq!(claims.changed_since(seen).expect("known").collect::<Vec<_>>(), ["c"]);
+        // Moving a claim to another server changes both.
+        let seen = claims.changes();
+        claims.upsert(claim("v4", "d", 50.0), resources);
+        let mut changed: Vec<&str> = claims.changed_since(seen).expect("known").collect();
+        changed.sort_unstable();
+        assert_eq!(changed, ["a", "d"]);
+        // A reader further behind than what is remembered is told nothing is known.
+        for n in 0..LOGGED {
+            claims.upsert(claim(&format!("w{n}"), "e", 50.0), resources);
+        }
+        assert!(claims.changed_since(seen).is_none());
+        assert!(claims.changed_since(claims.changes()).is_some_and(|mut c| c.next().is_none()));
     }
 }

@@ -24,9 +24,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::InventoryConfig;
-use crate::engine::{Allocation, Engine};
+use crate::engine::{Allocation, Changed, Engine, Recurring, ServerId};
 use crate::js::Js;
-use crate::model::{AllocateBody, FieldError, Server, Ticket};
+use crate::model::{AllocateBody, FieldError, Image, Package, Server, Ticket, VmPayload};
 use cache::{Claim, Claims, Model};
 use store::{ClaimRequest, Store, StoreError};
 
@@ -65,6 +65,9 @@ pub struct Inventory {
     model: RwLock<Model>,
     /// Held while deciding (one decision at a time) and while claims change.
     claims: Mutex<Claims>,
+    /// What the last allocations of one request shape kept for the next; taken while
+    /// `claims` is held, kept until the answer is written.
+    recurrence: Mutex<Option<Recurrence>>,
     /// One catch-up at a time.
     refreshing: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
@@ -120,6 +123,7 @@ impl Inventory {
             config: config.clone(),
             model: RwLock::new(Model::default()),
             claims: Mutex::new(Claims::default()),
+            recurrence: Mutex::new(None),
             refreshing: tokio::sync::Mutex::new(()),
             status: Mutex::new(Status { listening: false, refreshed: Instant::now(), last_error: None }),
             wake: tokio::sync::Notify::new(),
@@ -306,13 +310,17 @@ impl Inventory {
     /// claims the chosen server. Blocking: runs on the blocking pool; `handle` runs the
     /// wait for the claim's commit, during which the caller's core is given back
     /// (`core(false)`; `core(true)` takes one again before deciding anew). With
-    /// `keep_claims`, `write` is given the claims counted (a record needs them).
+    /// `keep_claims`, `write` is given the claims counted (a record needs them). `counts`:
+    /// the answer gives the steps' counts only (no reasons, no explanation), so the
+    /// per-server part is run again only for the servers changed since the last
+    /// allocation of the same request shape ([`Recurring`]).
     #[allow(clippy::too_many_arguments)]
     pub fn allocate<T>(
         self: &Arc<Self>,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
+        counts: bool,
         keep_claims: bool,
         handle: &tokio::runtime::Handle,
         write: &mut WriteAnswer<'_, T>,
@@ -337,15 +345,28 @@ impl Inventory {
                 claims.prune(now);
                 let model = self.model();
                 let mut kept = None;
+                // Held until the answer is written: the next decision starts from its states.
+                let mut recurrence = (counts && !explain).then(|| lock(&self.recurrence));
+                let mut recurred = false;
                 let allocation = {
                     let tickets = claims.tickets_for(&vm_uuid);
                     if keep_claims {
                         // A copy: the claims change (this one's) before the answer is written.
                         kept = Some(tickets.to_vec());
                     }
-                    engine
-                        .allocate_on(model.held(&tickets), request, explain)
-                        .map_err(|e| AllocateError::Internal(e.to_string()))?
+                    let held = model.held(&tickets);
+                    // A VM placed again holds a claim already, left out of its own tickets.
+                    let own_claim = matches!(tickets, std::borrow::Cow::Owned(_));
+                    match recurrence.as_deref_mut() {
+                        Some(slot) if !own_claim => {
+                            recurred = true;
+                            crate::engine::parallel::on_one_core(|| {
+                                Recurrence::allocate(slot, engine, &model, &claims, held, request)
+                            })
+                        }
+                        _ => engine.allocate_on(held, request, explain),
+                    }
+                    .map_err(|e| AllocateError::Internal(e.to_string()))?
                 };
                 let decided = allocation.chosen.map(|id| {
                     // Counted at once: the next decision sees it (a pending claim).
@@ -378,7 +399,11 @@ impl Inventory {
                     claims: kept.as_deref(),
                     model: &model,
                 };
-                (write(&decided_on), decided)
+                let answer = write(&decided_on);
+                if let (true, Some(Some(r))) = (recurred, recurrence.as_deref_mut()) {
+                    r.recurring.recycle(allocation);
+                }
+                (answer, decided)
             };
             let Some((server_uuid, committed)) = decided else { return Ok(answer) };
             core(false);
@@ -404,6 +429,99 @@ impl Inventory {
             }
         }
         Err(AllocateError::Unavailable(format!("the chosen server kept changing ({CLAIM_RETRIES} tries); retry")))
+    }
+}
+
+/// What a request is but for its VM's uuid: allocations of equal shapes share what their
+/// chain's per-server part found ([`Recurring`]).
+struct Shape {
+    vm: VmPayload,
+    image: Image,
+    package: Option<Package>,
+    tickets: Vec<Ticket>,
+    seed: Option<u64>,
+}
+
+impl Shape {
+    fn of(request: &AllocateBody<'_>) -> Shape {
+        Shape {
+            vm: request.vm.clone(),
+            image: request.image.clone(),
+            package: request.package.clone(),
+            tickets: request.tickets.clone(),
+            seed: request.seed,
+        }
+    }
+
+    fn fits(&self, request: &AllocateBody<'_>) -> bool {
+        self.vm.same_but_for_uuid(&request.vm)
+            && self.image == request.image
+            && self.package == request.package
+            && self.tickets == request.tickets
+            && self.seed == request.seed
+    }
+}
+
+/// The last allocation of one request shape: what it kept, and what the inventory was then.
+struct Recurrence {
+    shape: Shape,
+    recurring: Recurring,
+    layout: u64,
+    generations: Vec<i64>,
+    revisions: Vec<u64>,
+    /// [`Claims::changes`] then.
+    claim_changes: u64,
+}
+
+impl Recurrence {
+    /// Allocates `request` on `held` (the model with the claims' tickets), keeping what it
+    /// found for the next allocation of its shape: the servers changed since the last one
+    /// (their generation moved, or their tickets) are the only ones run through the
+    /// per-server part again; a new shape, or servers added, deleted or reordered, start
+    /// afresh.
+    fn allocate(
+        slot: &mut Option<Recurrence>,
+        engine: &Engine,
+        model: &Model,
+        claims: &Claims,
+        held: crate::engine::Held<'_>,
+        request: &AllocateBody<'_>,
+    ) -> Result<Allocation, crate::engine::PluginError> {
+        if slot.as_ref().is_some_and(|r| !r.shape.fits(request)) {
+            *slot = None;
+        }
+        let r = slot.get_or_insert_with(|| Recurrence {
+            shape: Shape::of(request),
+            recurring: Recurring::new(),
+            layout: 0,
+            generations: Vec::new(),
+            revisions: Vec::new(),
+            claim_changes: 0,
+        });
+        let n = model.len();
+        let known = r.layout == model.layout() && r.generations.len() == n && r.revisions.len() == n;
+        let changed: Option<Vec<ServerId>> =
+            known.then(|| claims.changed_since(r.claim_changes)).flatten().map(|servers| {
+                let mut ids: Vec<ServerId> = servers.filter_map(|uuid| model.id_of(uuid)).collect();
+                ids.extend((0..n).filter(|&id| model.generation_of(id) != r.generations[id]));
+                ids
+            });
+        let facts: Vec<ServerId> = if changed.is_some() {
+            (0..n).filter(|&id| model.revision_of(id) != r.revisions[id]).collect()
+        } else {
+            Vec::new()
+        };
+        r.layout = model.layout();
+        r.generations.clear();
+        r.generations.extend((0..n).map(|id| model.generation_of(id)));
+        r.revisions.clear();
+        r.revisions.extend((0..n).map(|id| model.revision_of(id)));
+        r.claim_changes = claims.changes();
+        let which = match &changed {
+            Some(changed) => Changed::Servers { changed, facts: &facts },
+            None => Changed::All,
+        };
+        r.recurring.allocate(engine, held, request, which)
     }
 }
 

@@ -239,7 +239,7 @@ pub struct VirtualNic {
 }
 
 /// The VM payload: what is to be allocated.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct VmPayload {
     pub vm_uuid: Js,
@@ -273,8 +273,55 @@ pub struct VmPayload {
     pub volumes_from: Option<Vec<Js>>,
 }
 
+impl VmPayload {
+    /// Whether the two payloads are the same but for the VM's uuid (`vm_uuid`, `uuid`).
+    pub fn same_but_for_uuid(&self, other: &VmPayload) -> bool {
+        // Destructured so that a field added to the payload must be added here.
+        let VmPayload {
+            vm_uuid: _,
+            uuid: _,
+            owner_uuid,
+            brand,
+            ram_mib,
+            quota_gib,
+            cpu_cap_pct,
+            vcpus,
+            traits,
+            nic_tags,
+            nic_tag_requirements,
+            locality,
+            affinity,
+            internal_metadata,
+            docker,
+            volumes,
+            flexible_disk_size,
+            tags,
+            alias,
+            volumes_from,
+        } = self;
+        *owner_uuid == other.owner_uuid
+            && *brand == other.brand
+            && *ram_mib == other.ram_mib
+            && *quota_gib == other.quota_gib
+            && *cpu_cap_pct == other.cpu_cap_pct
+            && *vcpus == other.vcpus
+            && *traits == other.traits
+            && *nic_tags == other.nic_tags
+            && *nic_tag_requirements == other.nic_tag_requirements
+            && *locality == other.locality
+            && *affinity == other.affinity
+            && *internal_metadata == other.internal_metadata
+            && *docker == other.docker
+            && *volumes == other.volumes
+            && *flexible_disk_size == other.flexible_disk_size
+            && *tags == other.tags
+            && *alias == other.alias
+            && *volumes_from == other.volumes_from
+    }
+}
+
 /// An IMGAPI image manifest.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Image {
     #[serde(rename = "type")]
@@ -290,7 +337,7 @@ pub struct Image {
 }
 
 /// A PAPI package.
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Package {
     pub overprovision_cpu: Js,
@@ -318,7 +365,7 @@ pub struct Package {
 }
 
 /// A CNAPI waitlist ticket (an in-flight provision holds one).
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct Ticket {
     pub uuid: Js,

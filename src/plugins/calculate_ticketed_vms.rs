@@ -36,8 +36,33 @@ impl Plugin for CalculateTicketedVms {
         servers: &[ServerId],
         _reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let open = open_tickets(req.all_tickets());
         let mut kept = Vec::with_capacity(servers.len());
+        if servers.len() <= FEW_SERVERS {
+            // A few servers (inventory mode runs again those that changed, with thousands
+            // of claims as tickets): the tickets are looked through once for theirs rather
+            // than every ticket grouped by server.
+            let keys: Vec<String> = servers.iter().map(|&id| req.key(id).as_str().to_string()).collect();
+            let mut theirs: Vec<Vec<&Ticket>> = vec![Vec::new(); servers.len()];
+            for t in req.all_tickets() {
+                let uuid = match t.server_uuid.as_str() {
+                    Some(uuid) => std::borrow::Cow::Borrowed(uuid),
+                    None => std::borrow::Cow::Owned(t.server_uuid.to_js_string()),
+                };
+                // Servers sharing a key each take the ticket, as grouping by key gives it.
+                for (i, key) in keys.iter().enumerate() {
+                    if *key == *uuid && is_open_provision(t) {
+                        theirs[i].push(t);
+                    }
+                }
+            }
+            for (&id, tickets) in servers.iter().zip(&theirs) {
+                if tickets.is_empty() || add_ticketed(req, id, tickets) {
+                    kept.push(id);
+                }
+            }
+            return Ok(kept);
+        }
+        let open = open_tickets(req.all_tickets());
         for &id in servers {
             let Some(tickets) = open.get(req.key(id).as_str()) else {
                 kept.push(id);
@@ -51,14 +76,20 @@ impl Plugin for CalculateTicketedVms {
     }
 }
 
+/// Lists of at most this many servers pick their tickets out of the list.
+const FEW_SERVERS: usize = 16;
+
+/// Whether the ticket is an open (queued or active) VM provision.
+fn is_open_provision(t: &Ticket) -> bool {
+    let open = matches!(t.status.as_str(), Some("queued" | "active"));
+    t.scope.as_str() == Some("vm") && t.action.as_str() == Some("provision") && open
+}
+
 /// Open provision tickets grouped by `String(server_uuid)`, in ticket order.
 fn open_tickets<'t>(tickets: impl Iterator<Item = &'t Ticket>) -> IndexMap<String, Vec<&'t Ticket>> {
     let mut by_server: IndexMap<String, Vec<&Ticket>> = IndexMap::new();
-    for t in tickets {
-        let open = matches!(t.status.as_str(), Some("queued" | "active"));
-        if t.scope.as_str() == Some("vm") && t.action.as_str() == Some("provision") && open {
-            by_server.entry(t.server_uuid.to_js_string()).or_default().push(t);
-        }
+    for t in tickets.filter(|t| is_open_provision(t)) {
+        by_server.entry(t.server_uuid.to_js_string()).or_default().push(t);
     }
     by_server
 }
@@ -164,9 +195,8 @@ mod tests {
     /// The original suite, rewritten: closed and non-provision tickets are ignored, a VM
     /// already present is not added twice, a ticket without extra drops its server, and
     /// joyent / kvm / bhyve tickets add their VMs and disk.
-    #[test]
-    fn adds_open_provisions_and_drops_servers_with_old_tickets() {
-        let f = Fixture::new(vec![
+    fn five_servers_and_their_tickets() -> Fixture {
+        Fixture::new(vec![
             with(server("untouched"), json!({"vms": {"u1": {"owner_uuid": "o", "brand": "kvm"}}})),
             with(server("old"), json!({"vms": {"present": {"owner_uuid": "o", "brand": "joyent"}}})),
             with(server("zone"), json!({"vms": {}})),
@@ -183,7 +213,12 @@ mod tests {
             ticket("k1", "kvm", "active", extra("kvm", 2048, 10, hvm_disks())),
             ticket("b1", "bhyve", "active", extra("bhyve", 2048, 10, hvm_disks())),
             ticket("elsewhere", "not-in-list", "active", extra("smartos", 1, 1, Value::Null)),
-        ]));
+        ]))
+    }
+
+    #[test]
+    fn adds_open_provisions_and_drops_servers_with_old_tickets() {
+        let f = five_servers_and_their_tickets();
         let out = f.run(&CalculateTicketedVms);
         assert_eq!(out.remaining, ["untouched", "zone", "kvm", "bhyve"]);
         assert!(out.reasons.is_empty());
@@ -201,6 +236,28 @@ mod tests {
 
         assert_eq!(vm_json(&st[4].ticket_vms[0].1), r#""b1" "o" 3328 150 35 "bhyve""#);
         assert_eq!((st[4].zone_quota_added_bytes, st[4].kvm_zvol_added_bytes), (35.0 * GIB, 0.0));
+    }
+
+    #[test]
+    fn a_few_servers_get_what_they_get_in_the_whole_list() {
+        let f = five_servers_and_their_tickets();
+        let whole = f.run(&CalculateTicketedVms);
+        let mut req = f.request();
+        let mut kept = Vec::new();
+        for id in 0..5 {
+            kept.extend(CalculateTicketedVms.run(&mut req, &[id], &mut Reasons::default()).expect("runs"));
+        }
+        let keys: Vec<String> = kept.iter().map(|&id| req.key(id).to_string()).collect();
+        assert_eq!(keys, whole.remaining);
+        for id in 0..5 {
+            let (alone, within) = (req.state(id), &whole.state[id]);
+            let vms = |s: &crate::engine::ServerState| -> Vec<String> {
+                s.ticket_vms.iter().map(|(k, vm)| format!("{k} {}", vm_json(vm))).collect()
+            };
+            assert_eq!(vms(alone), vms(within), "server {id}");
+            assert_eq!(alone.zone_quota_added_bytes, within.zone_quota_added_bytes, "server {id}");
+            assert_eq!(alone.kvm_zvol_added_bytes, within.kvm_zvol_added_bytes, "server {id}");
+        }
     }
 
     #[test]

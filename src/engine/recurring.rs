@@ -1,0 +1,375 @@
+//! Allocating request after request of one shape on a datacenter that changes at known
+//! servers: inventory mode, where each allocation claims one server and feeds change a few.
+//!
+//! The chain's leading per-server part ([`Declaration::per_server`](super::plugin::Declaration::per_server))
+//! does to each server what depends only on the request and that server. For requests that
+//! differ only in the VM's uuid (which no per-server decision reads), [`Recurring`] keeps
+//! each server's outcome of that part (removed by which plugin, or the state written for
+//! it) and runs it again only for the servers the caller says changed. The rest of the
+//! chain runs as in a full run, over the servers kept, with the same states: the decision
+//! is the one [`Engine::allocate_on`] makes, and so are the steps' counts.
+//!
+//! Only answers that give the steps' counts are made this way: per-server steps' reasons
+//! are not kept (some name the VM, which differs from request to request), and the rest's
+//! are not made. An allocation that finds no server is made again in full, for its reason.
+
+use std::time::Duration;
+
+use super::context::{RequestWrites, ServerId, ServerState};
+use super::expr::Expr;
+use super::incremental::{score, split_chain, unchanged_pipe, Increments, Split};
+use super::plugin::{Kind, PluginError};
+use super::reasons::Reasons;
+use super::summary::Step;
+use super::{select, Allocation, Engine, Held};
+use crate::js::sort::KeptOrder;
+use crate::model::AllocateBody;
+
+/// Which servers changed since the last allocation.
+#[derive(Debug, Clone, Copy)]
+pub enum Changed<'c> {
+    /// Any: nothing kept is used.
+    All,
+    Servers {
+        /// Their VMs, tickets or facts changed.
+        changed: &'c [ServerId],
+        /// Of those, the ones whose own facts (what list-only scorers read) may have.
+        facts: &'c [ServerId],
+    },
+}
+
+/// A server's outcome of the chain's per-server part.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// Not known: never run, or the server changed since.
+    Stale,
+    /// Removed by the per-server plugin at this position.
+    RemovedBy(usize),
+    Kept(Box<ServerState>),
+}
+
+impl Outcome {
+    /// How many of the part's `plugins` the server passed (`None`: not known).
+    fn steps_passed(&self, plugins: usize) -> Option<usize> {
+        match self {
+            Outcome::Stale => None,
+            Outcome::RemovedBy(position) => Some(*position),
+            Outcome::Kept(_) => Some(plugins),
+        }
+    }
+}
+
+/// The per-server part's steps from every server's outcome, one per plugin of it (past
+/// a step that leaves nobody, empty ones).
+fn per_server_steps(split: &Split, outcomes: &[Outcome]) -> Vec<Step> {
+    // Most plugins remove nobody: their list is the one before, copied.
+    let mut removed_by = vec![0usize; split.per_server.len()];
+    for outcome in outcomes {
+        if let Outcome::RemovedBy(position) = outcome {
+            removed_by[*position] += 1;
+        }
+    }
+    let all: Vec<ServerId> = (0..outcomes.len()).collect();
+    let mut steps: Vec<Step> = Vec::with_capacity(split.per_server.len() + split.rest.len() + 4);
+    for (position, plugin) in split.per_server.iter().enumerate() {
+        let before: &[ServerId] = steps.last().map_or(&all, |step| &step.remaining);
+        let remaining: Vec<ServerId> = if removed_by[position] == 0 {
+            before.to_vec()
+        } else {
+            before
+                .iter()
+                .copied()
+                .filter(|&id| !matches!(outcomes[id], Outcome::RemovedBy(p) if p == position))
+                .collect()
+        };
+        let declaration = plugin.declaration();
+        let received = before.len();
+        steps.push(Step {
+            plugin: declaration.name,
+            name: declaration.step,
+            remaining,
+            reasons: Reasons::discarding(),
+            received,
+            input: steps.len().checked_sub(1),
+            elapsed: Duration::ZERO,
+        });
+    }
+    steps
+}
+
+/// What allocations of one request shape keep for the next (see the module). The caller
+/// keeps one per shape and says what changed between two allocations.
+#[derive(Default)]
+pub struct Recurring {
+    engine: Option<u64>,
+    split: Option<Split>,
+    outcomes: Vec<Outcome>,
+    /// What the per-server part wrote for the request as a whole, from a run through all of
+    /// it (the same whatever servers it is given).
+    writes: Option<RequestWrites>,
+    /// The servers' states, handed from one allocation to the next ([`Recurring::recycle`]).
+    states: Vec<ServerState>,
+    /// The per-server part's steps (one per plugin of it), handed from one allocation to
+    /// the next and changed at the changed servers; empty when not known.
+    steps: Vec<Step>,
+    /// Whether the last allocation returned was made here (its states and steps are ours
+    /// to take back).
+    lent: bool,
+    /// The sorted orders the rest of the chain kept, handed from one allocation to the next.
+    orders: Vec<KeptOrder>,
+    /// The servers the per-server part kept in the last allocation, in order.
+    survivors: Vec<ServerId>,
+    /// What the rest of the chain did in its last run, while it still holds.
+    last: Option<LastRest>,
+    /// Per element of the rest of the chain, a list-only scorer's last increments.
+    increments: Vec<Option<Increments>>,
+    /// Allocations whose per-server part ran for some servers only.
+    reused: usize,
+    /// Allocations that did not run the rest of the chain either.
+    reused_rest: usize,
+}
+
+/// The rest of the chain's last run on the same survivors: what each of its plugins passed
+/// on, the steps it recorded, and the server chosen with its score.
+struct LastRest {
+    outputs: Vec<Vec<ServerId>>,
+    steps: Vec<Step>,
+    chosen: ServerId,
+    score: f64,
+}
+
+impl Recurring {
+    pub fn new() -> Recurring {
+        Recurring::default()
+    }
+
+    /// How many allocations ran the per-server part for the changed servers only.
+    pub fn reused(&self) -> usize {
+        self.reused
+    }
+
+    /// How many allocations did not run the rest of the chain either: every plugin of it
+    /// would have done what it did last time ([`Plugin::unchanged_by`](super::plugin::Plugin::unchanged_by)).
+    pub fn reused_rest(&self) -> usize {
+        self.reused_rest
+    }
+
+    /// Takes back the states and steps of an allocation made here, once its answer is
+    /// written, so that the next one starts from them.
+    pub fn recycle(&mut self, allocation: Allocation) {
+        let per_server = self.split.as_ref().map_or(0, |split| split.per_server.len());
+        if std::mem::take(&mut self.lent)
+            && allocation.state.len() == self.outcomes.len()
+            && allocation.steps.len() >= per_server
+        {
+            self.states = allocation.state;
+            self.steps = allocation.steps;
+            self.steps.truncate(per_server);
+        }
+    }
+
+    /// Forgets every outcome: the next allocation runs the whole chain.
+    pub fn reset(&mut self) {
+        *self = Recurring::default();
+    }
+
+    /// [`Engine::allocate_on`] for `body`, the same request as the previous ones given
+    /// here but for the VM's uuid, on `held`, which differs from the previous allocation's
+    /// only at the `changed` servers. The steps carry no reasons (see the module).
+    pub fn allocate(
+        &mut self,
+        engine: &Engine,
+        held: Held<'_>,
+        body: &AllocateBody<'_>,
+        changed: Changed<'_>,
+    ) -> Result<Allocation, PluginError> {
+        self.lent = false;
+        let n = held.servers.len();
+        let known = self.engine == Some(engine.id) && self.outcomes.len() == n && self.states.len() == n;
+        // The changed servers with how many per-server steps each passed before.
+        let mut passed_before: Vec<(ServerId, Option<usize>)> = Vec::new();
+        match changed {
+            Changed::Servers { changed, facts } if known => {
+                for &id in changed.iter().chain(facts) {
+                    if let Some(outcome) = self.outcomes.get_mut(id) {
+                        if !matches!(outcome, Outcome::Stale) {
+                            passed_before.push((id, outcome.steps_passed(self.steps.len())));
+                            *outcome = Outcome::Stale;
+                        }
+                    }
+                }
+                if !facts.is_empty() {
+                    // Rare (a server fed again): the scorers that read facts run afresh.
+                    self.increments.clear();
+                }
+            }
+            _ => {
+                *self = Recurring {
+                    engine: Some(engine.id),
+                    outcomes: vec![Outcome::Stale; n],
+                    states: vec![ServerState::default(); n],
+                    reused: self.reused,
+                    reused_rest: self.reused_rest,
+                    ..Recurring::default()
+                };
+            }
+        }
+        let mut req = engine.request(held, body, std::mem::take(&mut self.states));
+        let split = self.split.get_or_insert_with(|| split_chain(&engine.chain, &req));
+
+        // The per-server part for the servers whose outcome is not known.
+        let stale: Vec<ServerId> = (0..n).filter(|&id| matches!(self.outcomes[id], Outcome::Stale)).collect();
+        if stale.len() < n {
+            self.reused += 1;
+        }
+        for &id in &stale {
+            req.set_state(id, ServerState::default());
+        }
+        let mut kept = stale.clone();
+        let mut through_all = true;
+        for (position, plugin) in split.per_server.iter().enumerate() {
+            if kept.is_empty() {
+                through_all = false;
+                break;
+            }
+            let output = plugin.run(&mut req, &kept, &mut Reasons::discarding())?;
+            // Per-server plugins pass on a part of what they are given, in its order.
+            let mut passed = output.iter().peekable();
+            for &id in &kept {
+                if passed.next_if_eq(&&id).is_none() {
+                    self.outcomes[id] = Outcome::RemovedBy(position);
+                }
+            }
+            kept = output;
+        }
+        for &id in &kept {
+            self.outcomes[id] = Outcome::Kept(Box::new(req.state(id).clone()));
+        }
+        match &self.writes {
+            Some(writes) => req.restore_request_writes(writes),
+            None if through_all => self.writes = Some(req.request_writes()),
+            None => {}
+        }
+
+        // The per-server part's steps (as its run over every server would record them):
+        // the last ones, with the changed servers moved in or out, or made from the outcomes.
+        let per_server = split.per_server.len();
+        let mut steps = std::mem::take(&mut self.steps);
+        let patchable = steps.len() == per_server
+            && passed_before.len() == stale.len()
+            && passed_before.iter().all(|(_, before)| before.is_some());
+        if patchable {
+            for &(id, before) in &passed_before {
+                let (before, now) = (before.unwrap_or(0), self.outcomes[id].steps_passed(per_server).unwrap_or(0));
+                for step in steps.iter_mut().take(before.max(now)).skip(before.min(now)) {
+                    match (step.remaining.binary_search(&id), now > before) {
+                        (Err(at), true) => step.remaining.insert(at, id),
+                        (Ok(at), false) => drop(step.remaining.remove(at)),
+                        _ => {}
+                    }
+                }
+            }
+            for j in 0..steps.len() {
+                steps[j].received = if j == 0 { n } else { steps[j - 1].remaining.len() };
+            }
+        } else {
+            steps = per_server_steps(split, &self.outcomes);
+        }
+        if steps.iter().any(|step| step.remaining.is_empty()) {
+            // Nothing passes the per-server part: the answer says why, from a full run.
+            self.steps = steps;
+            self.states = req.into_states();
+            return engine.allocate_on(held, body, false);
+        }
+        let (current, source) = match steps.last() {
+            Some(step) => (step.remaining.clone(), Some(steps.len() - 1)),
+            None => ((0..n).collect(), None),
+        };
+        let rest_from = steps.len();
+        req.keep_orders(std::mem::take(&mut self.orders));
+
+        // The rest: not run when it would do what it did on the same survivors last time
+        // but for the changed servers (the same servers passed on, the same increments,
+        // so the same choice with the same score); otherwise run as in a full run.
+        let same_survivors = current == self.survivors;
+        let unchanged = match &self.last {
+            Some(last) if same_survivors && split.rest_writes_scores_only => {
+                let sorts_from = req.kept_orders_next();
+                let mut outputs = last.outputs.iter();
+                let same = unchanged_pipe(&split.rest, &mut req, &current, &mut outputs, &stale).is_some();
+                if !same {
+                    req.set_kept_orders_next(sorts_from);
+                }
+                same
+            }
+            _ => false,
+        };
+        let chosen = match self.last.as_ref().filter(|_| unchanged) {
+            Some(last) => {
+                self.reused_rest += 1;
+                steps.extend(last.steps.iter().map(|step| Step { elapsed: Duration::ZERO, ..step.clone() }));
+                req.set_score(last.chosen, last.score);
+                Some(last.chosen)
+            }
+            None => {
+                // The kept servers' states put back as the per-server part left them.
+                for &id in &current {
+                    if let Outcome::Kept(state) = &self.outcomes[id] {
+                        if split.rest_writes_scores_only {
+                            req.set_score(id, state.score);
+                        } else {
+                            req.set_state(id, (**state).clone());
+                        }
+                    }
+                }
+                self.survivors.clone_from(&current);
+                self.increments.resize_with(split.rest.len(), || None);
+                let mut output = (current, source);
+                for (item, increments) in split.rest.iter().zip(&mut self.increments) {
+                    if output.0.is_empty() {
+                        break;
+                    }
+                    output = match item {
+                        // Given the list it was last given, a list-only scorer adds the
+                        // same increments: added again rather than worked out.
+                        Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
+                            let (received, started) = (output.0.len(), std::time::Instant::now());
+                            let scored = score(p.as_ref(), &mut req, output.0, increments, n)?;
+                            let declaration = p.declaration();
+                            steps.push(Step {
+                                plugin: declaration.name,
+                                name: declaration.step,
+                                remaining: scored.clone(),
+                                reasons: Reasons::discarding(),
+                                received,
+                                input: output.1,
+                                elapsed: started.elapsed(),
+                            });
+                            (scored, Some(steps.len() - 1))
+                        }
+                        _ => item.run_counting(&mut req, output.0, output.1, &mut steps)?,
+                    };
+                }
+                let chosen = select(&output.0, req.states());
+                self.last = chosen.map(|chosen| LastRest {
+                    outputs: steps[rest_from..].iter().map(|s| s.remaining.clone()).collect(),
+                    steps: steps[rest_from..].to_vec(),
+                    chosen,
+                    score: req.state(chosen).score,
+                });
+                chosen
+            }
+        };
+        self.orders = req.take_orders();
+        let (state, notes) = req.finish();
+        let allocation = Allocation { chosen, steps, state, notes };
+        if chosen.is_none() {
+            // The answer names why nothing fits from the last step's reasons: made in full.
+            self.lent = true;
+            self.recycle(allocation);
+            return engine.allocate_on(held, body, false);
+        }
+        self.lent = true;
+        Ok(allocation)
+    }
+}

@@ -1,0 +1,204 @@
+//! `engine::Recurring` (inventory mode's allocations of one request shape, the per-server
+//! part re-run only for the servers that changed) answers as a full run does: the same
+//! server, the same counts at every step, allocation after allocation, while claims are
+//! added and servers change under it.
+
+#[path = "../benches/input.rs"]
+mod input;
+
+use dapi::engine::{Allocation, Changed, Engine, Held, Recurring, ServerId, StepsFormat};
+use dapi::model::{AllocateBody, Ticket};
+use dapi::validate::validate_allocate;
+use dapi::wire::parse_allocate_body;
+use serde_json::{json, Value};
+
+fn engine_with(chain: Option<Value>, defaults: Value) -> Engine {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+    let mut config: Value = serde_json::from_str(&text).expect("JSON");
+    if let Some(chain) = chain {
+        config["allocationDescription"] = chain;
+    }
+    for (k, v) in defaults.as_object().expect("object") {
+        config["defaults"][k] = v.clone();
+    }
+    Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
+}
+
+fn parse(text: &[u8]) -> AllocateBody<'_> {
+    let mut body = parse_allocate_body(text).expect("parsed");
+    validate_allocate(&mut body).expect("valid");
+    body
+}
+
+fn counts(allocation: &Allocation, body: &AllocateBody<'_>) -> String {
+    let bytes = allocation.answer_json(body, StepsFormat::Counts).expect("answer");
+    String::from_utf8(bytes).expect("UTF-8")
+}
+
+/// A claim on `server` for a VM of `vm`'s owner and size, as inventory mode makes it.
+fn claim(n: usize, server: &str, vm: &Value) -> Ticket {
+    serde_json::from_value(json!({
+        "uuid": format!("claim-{n}"), "id": format!("c1a1c1a1-0000-4000-8000-{n:012x}"),
+        "server_uuid": server, "scope": "vm", "action": "provision", "status": "active",
+        "extra": {"owner_uuid": vm["owner_uuid"], "max_physical_memory": vm["ram"], "cpu_cap": 100,
+                  "quota": 40, "brand": vm["brand"]}
+    }))
+    .expect("ticket")
+}
+
+/// What changes between two allocations besides the claim on the chosen server, every
+/// third round in turn: a server stops running; it runs again; a VM
+/// appears on one; a server boots a newer platform, and its reboot is put off.
+fn change(round: usize, servers: &mut [Value]) -> Option<ServerId> {
+    let id = (round * 7) % servers.len();
+    match round % 12 {
+        2 => servers[id]["status"] = json!("unknown"),
+        5 => {
+            // The one stopped three rounds ago.
+            let id = ((round - 3) * 7) % servers.len();
+            servers[id]["status"] = json!("running");
+            return Some(id);
+        }
+        11 => {
+            servers[id]["current_platform"] = json!("20991231T000000Z");
+            servers[id]["next_reboot"] = json!("2099-01-01T00:00:00.000Z");
+        }
+        8 => {
+            let vms = servers[id]["vms"].as_object_mut()?;
+            let (_, sample) = vms.iter().next()?;
+            let mut vm = sample.clone();
+            let uuid = format!("0dd0dd00-0000-4000-8000-{round:012x}");
+            vm["uuid"] = json!(uuid);
+            vms.insert(uuid, vm);
+        }
+        _ => return None,
+    }
+    Some(id)
+}
+
+#[test]
+fn recurring_allocations_answer_as_full_runs_do() {
+    let interleaved = json!([
+        "pipe",
+        "hard-filter-setup",
+        "hard-filter-running",
+        ["or", "hard-filter-large-servers", "identity"],
+        "override-overprovisioning",
+        "calculate-ticketed-vms",
+        "calculate-server-unreserved",
+        "hard-filter-min-ram",
+        "hard-filter-vm-count",
+        "soft-filter-locality-hints",
+        "score-unreserved-disk",
+        "score-num-owner-zones",
+        "score-uniform-random"
+    ]);
+    let engines = [
+        ("default", engine_with(None, input::config()["defaults"].clone())),
+        ("seeded random, vm limit", engine_with(None, json!({"filter_vm_limit": 40, "seed": 7}))),
+        (
+            "spread",
+            engine_with(
+                None,
+                json!({"weight_num_owner_zones": 2, "weight_unreserved_ram": -1, "weight_uniform_random": 0,
+                    "filter_large_servers": false, "overprovision_ratio_ram": 1.5}),
+            ),
+        ),
+        ("interleaved", engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1, "seed": 3}))),
+    ];
+    let base: Value = serde_json::from_slice(&input::body(40, 12)).expect("bench body");
+    let templates = [
+        json!({}),
+        json!({"ram": 256}),
+        json!({"ram": 65536, "brand": "kvm"}),
+        json!({"locality": {"far": [base["servers"][3]["vms"].as_object().and_then(|v| v.keys().next()).cloned()],
+            "strict": false}}),
+        json!({"affinity": [{"key": "instance", "operator": "!=", "value": "bench*", "valueType": "glob", "isSoft": true}]}),
+    ];
+    let (mut placed, mut reused) = (0, 0);
+    let mut reused_rest = vec![0; engines.len()];
+    for (e, (name, engine)) in engines.iter().enumerate() {
+        for (t, template) in templates.iter().enumerate() {
+            let mut request = base.clone();
+            for (k, v) in template.as_object().expect("object") {
+                request["vm"][k] = v.clone();
+            }
+            let mut servers: Vec<Value> = request["servers"].as_array().cloned().expect("servers");
+            let mut recurring = Recurring::new();
+            let mut claims: Vec<Ticket> = Vec::new();
+            let mut changed: Option<(Vec<ServerId>, Vec<ServerId>)> = None;
+            for round in 0..40 {
+                let case = format!("{name}, template {t}, round {round}");
+                request["servers"] = json!(servers);
+                request["vm"]["vm_uuid"] = json!(format!("5e1ec7ed-0000-4000-8000-{round:012x}"));
+                let text = serde_json::to_vec(&request).expect("json");
+                let body = parse(&text);
+                let held =
+                    Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &claims };
+                let full = engine.allocate_on(held, &body, false).expect("full run");
+                let which = match &changed {
+                    None => Changed::All,
+                    Some((changed, facts)) => Changed::Servers { changed, facts },
+                };
+                let again = recurring.allocate(engine, held, &body, which).expect("recurring run");
+                assert_eq!(again.chosen, full.chosen, "{case}");
+                assert_eq!(counts(&again, &body), counts(&full, &body), "{case}");
+                let mut next = Vec::new();
+                if let Some(id) = again.chosen {
+                    let uuid = servers[id]["uuid"].as_str().expect("uuid").to_string();
+                    claims.push(claim(placed, &uuid, &request["vm"]));
+                    next.push(id);
+                    placed += 1;
+                }
+                recurring.recycle(again);
+                // The claim changes its server's tickets; a change fed changes its facts.
+                let facts: Vec<ServerId> = change(round, &mut servers).into_iter().collect();
+                next.extend(&facts);
+                changed = Some((next, facts));
+            }
+            reused += recurring.reused();
+            reused_rest[e] += recurring.reused_rest();
+        }
+    }
+    assert!(placed > 400, "only {placed} VMs placed");
+    // Every allocation but each sequence's first re-ran the per-server part for a few
+    // servers only.
+    assert_eq!(reused, engines.len() * templates.len() * 39, "{reused} reused");
+    // Now and then the rest of the chain is not run either (here: the default chain, whose
+    // soft filter and scorers often still do what they did; the others' spread the owner's
+    // VMs, so each claim changes what they do).
+    assert!(reused_rest[0] > 0, "rest reused per chain: {reused_rest:?}");
+}
+
+#[test]
+fn changes_not_reported_are_not_seen_and_all_resets() {
+    // Told nothing changed while a server did, the kept outcome stands (the caller's
+    // contract); told `All`, the change is seen.
+    let engine = engine_with(None, json!({"weight_uniform_random": 0}));
+    let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
+    let text = serde_json::to_vec(&base).expect("json");
+    let body = parse(&text);
+    let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+    let mut recurring = Recurring::new();
+    let first = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
+    let chosen = first.chosen.expect("a server fits");
+    recurring.recycle(first);
+
+    let mut changed = base.clone();
+    changed["servers"][chosen]["status"] = json!("unknown");
+    let text = serde_json::to_vec(&changed).expect("json");
+    let body = parse(&text);
+    let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+    let full = engine.allocate_on(held, &body, false).expect("full run");
+    assert_ne!(full.chosen, Some(chosen));
+    let stale = recurring.allocate(&engine, held, &body, Changed::Servers { changed: &[], facts: &[] }).expect("run");
+    assert_eq!(stale.chosen, Some(chosen), "nothing said changed: the kept outcome is used");
+    recurring.recycle(stale);
+    let told = recurring
+        .allocate(&engine, held, &body, Changed::Servers { changed: &[chosen], facts: &[chosen] })
+        .expect("run");
+    assert_eq!(told.chosen, full.chosen);
+    assert_eq!(counts(&told, &body), counts(&full, &body));
+    let reset = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
+    assert_eq!(counts(&reset, &body), counts(&full, &body));
+}
