@@ -168,11 +168,6 @@ impl Recurring {
         }
     }
 
-    /// Forgets every outcome: the next allocation runs the whole chain.
-    pub fn reset(&mut self) {
-        *self = Recurring::default();
-    }
-
     /// [`Engine::allocate_on`] for `body`, the same request as the previous ones given
     /// here but for the VM's uuid, on `held`, which differs from the previous allocation's
     /// only at the `changed` servers. The steps carry no reasons (see the module).
@@ -188,12 +183,13 @@ impl Recurring {
         let known = self.engine == Some(engine.id) && self.outcomes.len() == n && self.states.len() == n;
         // The changed servers with how many per-server steps each passed before.
         let mut passed_before: Vec<(ServerId, Option<usize>)> = Vec::new();
+        let plugins = self.split.as_ref().map_or(0, |split| split.per_server.len());
         match changed {
             Changed::Servers { changed, facts } if known => {
                 for &id in changed.iter().chain(facts) {
                     if let Some(outcome) = self.outcomes.get_mut(id) {
                         if !matches!(outcome, Outcome::Stale) {
-                            passed_before.push((id, outcome.steps_passed(self.steps.len())));
+                            passed_before.push((id, outcome.steps_passed(plugins)));
                             *outcome = Outcome::Stale;
                         }
                     }
