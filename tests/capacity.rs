@@ -313,20 +313,6 @@ fn generated(seed: u64, count: u64) -> Vec<Value> {
     servers
 }
 
-/// The engine of `config/default.json` with `chain` in place of its description when given,
-/// and `defaults` laid over its defaults.
-fn engine_with(chain: Option<Value>, defaults: Value) -> Engine {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
-    let mut config: Value = serde_json::from_str(&text).expect("JSON");
-    if let Some(chain) = chain {
-        config["allocationDescription"] = chain;
-    }
-    for (k, v) in defaults.as_object().expect("object") {
-        config["defaults"][k] = v.clone();
-    }
-    Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
-}
-
 #[test]
 fn incremental_exact_places_as_full_runs_do() {
     let default_chain = || {
@@ -367,18 +353,18 @@ fn incremental_exact_places_as_full_runs_do() {
         "score-unreserved-disk"
     ]);
     let engines = [
-        ("default", engine_with(None, json!({}))),
-        ("min-disk, vm limit", engine_with(Some(with_min_disk), json!({"filter_vm_limit": 7}))),
+        ("default", common::engine_with(None, json!({}))),
+        ("min-disk, vm limit", common::engine_with(Some(with_min_disk), json!({"filter_vm_limit": 7}))),
         (
             "spread",
-            engine_with(
+            common::engine_with(
                 None,
                 json!({"weight_num_owner_zones": 2, "weight_uniform_random": 1, "weight_unreserved_ram": -1,
                     "filter_large_servers": false, "overprovision_ratio_ram": 1.5}),
             ),
         ),
-        ("interleaved", engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1}))),
-        ("scorers only", engine_with(Some(scorers_only), json!({}))),
+        ("interleaved", common::engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1}))),
+        ("scorers only", common::engine_with(Some(scorers_only), json!({}))),
     ];
     let templates = [
         json!({}),

@@ -3,26 +3,16 @@
 //! server, the same counts at every step, allocation after allocation, while claims are
 //! added and servers change under it.
 
+mod common;
+
 #[path = "../benches/input.rs"]
 mod input;
 
-use dapi::engine::{Allocation, Changed, Engine, Held, Recurring, ServerId, StepsFormat};
+use dapi::engine::{Allocation, Changed, Held, Recurring, ServerId, StepsFormat};
 use dapi::model::{AllocateBody, Ticket};
 use dapi::validate::validate_allocate;
 use dapi::wire::parse_allocate_body;
 use serde_json::{json, Value};
-
-fn engine_with(chain: Option<Value>, defaults: Value) -> Engine {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
-    let mut config: Value = serde_json::from_str(&text).expect("JSON");
-    if let Some(chain) = chain {
-        config["allocationDescription"] = chain;
-    }
-    for (k, v) in defaults.as_object().expect("object") {
-        config["defaults"][k] = v.clone();
-    }
-    Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
-}
 
 fn parse(text: &[u8]) -> AllocateBody<'_> {
     let mut body = parse_allocate_body(text).expect("parsed");
@@ -94,17 +84,17 @@ fn recurring_allocations_answer_as_full_runs_do() {
         "score-uniform-random"
     ]);
     let engines = [
-        ("default", engine_with(None, input::config()["defaults"].clone())),
-        ("seeded random, vm limit", engine_with(None, json!({"filter_vm_limit": 40, "seed": 7}))),
+        ("default", common::engine_with(None, input::config()["defaults"].clone())),
+        ("seeded random, vm limit", common::engine_with(None, json!({"filter_vm_limit": 40, "seed": 7}))),
         (
             "spread",
-            engine_with(
+            common::engine_with(
                 None,
                 json!({"weight_num_owner_zones": 2, "weight_unreserved_ram": -1, "weight_uniform_random": 0,
                     "filter_large_servers": false, "overprovision_ratio_ram": 1.5}),
             ),
         ),
-        ("interleaved", engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1, "seed": 3}))),
+        ("interleaved", common::engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1, "seed": 3}))),
     ];
     let base: Value = serde_json::from_slice(&input::body(40, 12)).expect("bench body");
     let templates = [
@@ -174,7 +164,7 @@ fn recurring_allocations_answer_as_full_runs_do() {
 fn changes_not_reported_are_not_seen_and_all_resets() {
     // Told nothing changed while a server did, the kept outcome stands (the caller's
     // contract); told `All`, the change is seen.
-    let engine = engine_with(None, json!({"weight_uniform_random": 0}));
+    let engine = common::engine_with(None, json!({"weight_uniform_random": 0}));
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let text = serde_json::to_vec(&base).expect("json");
     let body = parse(&text);

@@ -18,7 +18,7 @@ use std::time::Duration;
 use super::context::{RequestWrites, ServerId, ServerState};
 use super::expr::Expr;
 use super::incremental::{score, split_chain, unchanged_pipe, Increments, Split};
-use super::plugin::{Kind, PluginError};
+use super::plugin::{Kind, Plugin, PluginError};
 use super::reasons::Reasons;
 use super::summary::Step;
 use super::{select, Allocation, Engine, Held};
@@ -82,19 +82,31 @@ fn per_server_steps(split: &Split, outcomes: &[Outcome]) -> Vec<Step> {
                 .filter(|&id| !matches!(outcomes[id], Outcome::RemovedBy(p) if p == position))
                 .collect()
         };
-        let declaration = plugin.declaration();
-        let received = before.len();
-        steps.push(Step {
-            plugin: declaration.name,
-            name: declaration.step,
-            remaining,
-            reasons: Reasons::discarding(),
-            received,
-            input: steps.len().checked_sub(1),
-            elapsed: Duration::ZERO,
-        });
+        let (received, input) = (before.len(), steps.len().checked_sub(1));
+        steps.push(counted_step(plugin.as_ref(), remaining, received, input, Duration::ZERO));
     }
     steps
+}
+
+/// A step of a counts answer (no reasons): what `plugin` passed on of the `received`
+/// servers of step `input`.
+fn counted_step(
+    plugin: &dyn Plugin,
+    remaining: Vec<ServerId>,
+    received: usize,
+    input: Option<usize>,
+    elapsed: Duration,
+) -> Step {
+    let declaration = plugin.declaration();
+    Step {
+        plugin: declaration.name,
+        name: declaration.step,
+        remaining,
+        reasons: Reasons::discarding(),
+        received,
+        input,
+        elapsed,
+    }
 }
 
 /// What allocations of one request shape keep for the next (see the module). The caller
@@ -331,16 +343,7 @@ impl Recurring {
                         Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
                             let (received, started) = (output.0.len(), std::time::Instant::now());
                             let scored = score(p.as_ref(), &mut req, output.0, increments, n)?;
-                            let declaration = p.declaration();
-                            steps.push(Step {
-                                plugin: declaration.name,
-                                name: declaration.step,
-                                remaining: scored.clone(),
-                                reasons: Reasons::discarding(),
-                                received,
-                                input: output.1,
-                                elapsed: started.elapsed(),
-                            });
+                            steps.push(counted_step(p.as_ref(), scored.clone(), received, output.1, started.elapsed()));
                             (scored, Some(steps.len() - 1))
                         }
                         _ => item.run_counting(&mut req, output.0, output.1, &mut steps)?,

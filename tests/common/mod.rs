@@ -209,3 +209,17 @@ pub async fn metric(addr: SocketAddr, sample: &str) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0)
 }
+
+/// The engine of `config/default.json` with `chain` in place of its description when given,
+/// and `defaults` laid over its defaults.
+pub fn engine_with(chain: Option<serde_json::Value>, defaults: serde_json::Value) -> dapi::engine::Engine {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/config/default.json")).expect("config");
+    let mut config: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    if let Some(chain) = chain {
+        config["allocationDescription"] = chain;
+    }
+    for (k, v) in defaults.as_object().expect("object") {
+        config["defaults"][k] = v.clone();
+    }
+    dapi::engine::Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
+}
