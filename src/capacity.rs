@@ -88,7 +88,7 @@ pub struct PackageQuery {
 /// Reads `packages`, `vm`, `image` and `exact` from a capacity body; `None` when it has no
 /// `packages`. Each bad entry is a 422 naming its field.
 pub fn package_query(body: &[u8]) -> Result<Option<PackageQuery>, Vec<FieldError>> {
-    let Ok(members) = std::str::from_utf8(body)
+    let Ok(members) = crate::scan::utf8(body)
         .map_err(|_| ())
         .and_then(|t| crate::js::json::from_str::<IndexMap<String, &RawValue>>(t).map_err(|_| ()))
     else {

@@ -18,6 +18,7 @@ use crate::config::{ConfigError, ServiceConfig};
 use crate::engine::{Engine, Registry, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::plugins::custom_js::CustomSet;
+use crate::wire::pages::Input;
 
 const CONFIG_HELP: &str = "\
 Configuration (later layers win, key by key):
@@ -514,7 +515,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let (config, engine) = config.load()?;
             let mut body = read_input(&servers)?;
             if !packages.is_empty() {
-                body = package_body(&body, &packages, vm.as_deref(), exact)?;
+                body = Input::Read(package_body(&body, &packages, vm.as_deref(), exact)?);
             }
             let answer = answer::capacity(&engine, &config.limits, &body)?;
             if packages.is_empty() || json {
@@ -569,7 +570,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     let config_b = args.vs.as_deref().map(|path| ServiceConfig::from_process(Some(path))).transpose()?;
     let engine_b = config_b.as_ref().map(ServiceConfig::engine).transpose()?;
     let servers = match &args.servers {
-        Some(path) => Servers::Dump(read_input(path)?),
+        Some(path) => Servers::Dump(read_input(path)?.into_vec()),
         None => Servers::Generate(datacenter::Generate {
             racks: args.racks,
             servers_per_rack: args.servers_per_rack,
@@ -581,7 +582,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     };
     let sim = Simulation {
         servers,
-        workload: read_input(&args.workload)?,
+        workload: read_input(&args.workload)?.into_vec(),
         seed: args.seed,
         concurrency: args.concurrency,
         timing: !args.no_timing,
@@ -726,16 +727,13 @@ fn plugin_list(registry: &Registry, custom: Option<&CustomSet>, json: bool) -> V
     out.into_bytes()
 }
 
-/// The bytes of `input`: a file, or standard input for `-`.
-fn read_input(input: &Path) -> Result<Vec<u8>, CliError> {
-    // Into a body buffer (huge pages for a big one: see `wire::pages`).
+/// The bytes of `input`: a file (mapped when big), or standard input for `-` (into a body
+/// buffer: huge pages for a big one). See `wire::pages`.
+fn read_input(input: &Path) -> Result<Input, CliError> {
     let read = if input == Path::new("-") {
-        crate::wire::pages::read_body(std::io::stdin().lock(), 0)
+        crate::wire::pages::read_body(std::io::stdin().lock(), 0).map(Input::Read)
     } else {
-        std::fs::File::open(input).and_then(|file| {
-            let len = file.metadata().map_or(0, |m| m.len());
-            crate::wire::pages::read_body(file, usize::try_from(len).unwrap_or(0))
-        })
+        crate::wire::pages::read_file(input)
     };
     read.map_err(|error| CliError::Read { input: input.to_path_buf(), error })
 }

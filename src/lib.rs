@@ -25,6 +25,7 @@ pub mod plugins;
 pub mod record;
 pub mod registry;
 pub mod replay;
+mod scan;
 pub mod shadow;
 pub mod simulate;
 pub mod validate;

@@ -36,7 +36,7 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> RecordError 
 /// One server (`PUT /inventory/servers/{uuid}`): its uuid must be `uuid`. `vms_given`
 /// tells whether the body carried `vms` (if not, the stored VMs stay).
 pub fn server(body: &[u8], uuid: &str, max_vms: usize) -> Result<(ServerRecord, bool), RecordError> {
-    let text = std::str::from_utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
+    let text = crate::scan::utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
     let wrapped = format!("[{text}]");
     let (raw, servers) = parse_capacity_body(wrapped.as_bytes()).map_err(|e| match e {
         BodyError::Invalid(errors) => RecordError::Invalid(renamed(errors, "servers[0]", "server")),
@@ -68,7 +68,7 @@ pub fn dump(body: &[u8], max_vms: usize) -> Result<Vec<ServerRecord>, RecordErro
 /// A VM (`PUT /inventory/vms/{uuid}`): its object, and the server it is on (its
 /// `server_uuid`, else `server_uuid` given apart).
 pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String, String), RecordError> {
-    let text = std::str::from_utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
+    let text = crate::scan::utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
     let fields: IndexMap<String, &RawValue> = crate::js::json::from_str(text)
         .map_err(|e| RecordError::Malformed(format!("body must be a VM object: {e}")))?;
     let own = fields.get("server_uuid").and_then(|r| crate::js::json::from_str::<String>(r.get()).ok());

@@ -15,7 +15,9 @@ mod vms;
 
 pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType, RawParams};
 pub use shape::{EmptyValue, Shape};
-pub use vms::{owner_bits, FullVm, PlainFields, PlainVm, ServerVm, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM};
+pub use vms::{
+    owner_bits, FullVm, PlainFields, PlainVm, ServerVm, UuidRef, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM,
+};
 
 use indexmap::IndexMap;
 use serde::Deserialize;

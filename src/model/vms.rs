@@ -42,12 +42,13 @@ pub struct PlainVm<'a> {
     state: Option<VmState>,
 }
 
-/// A VM's fields as read, before choosing its form: strings borrowed from the body, absent
-/// numbers NaN (JSON numbers never are).
+/// A VM's fields as read, before choosing its form: strings borrowed from the body (the
+/// uuids already checked, as readers check them where they read them), absent numbers NaN
+/// (JSON numbers never are).
 #[derive(Debug, Clone, Copy)]
 pub struct PlainFields<'a> {
-    pub uuid: Option<&'a str>,
-    pub owner_uuid: &'a str,
+    pub uuid: Option<UuidRef<'a>>,
+    pub owner_uuid: UuidRef<'a>,
     pub brand: Option<&'a str>,
     pub state: &'a str,
     pub alias: Option<&'a str>,
@@ -64,12 +65,18 @@ pub struct UuidRef<'a>(&'a [u8; 36]);
 impl<'a> UuidRef<'a> {
     /// `s` when it is a lower-case uuid (what the schema's uuid pattern takes).
     pub fn new(s: &'a str) -> Option<UuidRef<'a>> {
-        let bytes: &'a [u8; 36] = s.as_bytes().try_into().ok()?;
+        UuidRef::from_bytes(s.as_bytes())
+    }
+
+    /// [`UuidRef::new`] on bytes (a uuid-shaped slice is ASCII, so it is a whole `&str`).
+    #[inline]
+    pub fn from_bytes(b: &'a [u8]) -> Option<UuidRef<'a>> {
+        let bytes: &'a [u8; 36] = b.try_into().ok()?;
         super::schema::uuid_shaped(bytes).then_some(UuidRef(bytes))
     }
 
     pub fn as_str(self) -> &'a str {
-        // SAFETY: the bytes are those of a whole `&str` (`new` is the only constructor).
+        // SAFETY: the bytes are uuid-shaped, so ASCII (the constructors check it).
         unsafe { std::str::from_utf8_unchecked(self.0) }
     }
 }
@@ -96,6 +103,11 @@ impl SmallNum {
         }
         let whole = n as u32;
         (f64::from(whole) == n && whole != u32::MAX && n.to_bits() != (-0.0f64).to_bits()).then_some(SmallNum(whole))
+    }
+
+    /// The number as an integer, `None` when absent.
+    fn whole(self) -> Option<u128> {
+        (self != SmallNum::ABSENT).then_some(u128::from(self.0))
     }
 
     /// The number, NaN when absent.
@@ -208,17 +220,13 @@ impl<'a> PlainVm<'a> {
     /// schema's VM checks and fit the compact form. Both readers build plain VMs here, so
     /// that they agree on which VMs are plain.
     pub fn new(f: PlainFields<'a>) -> Option<PlainVm<'a>> {
-        let uuid = match f.uuid {
-            Some(s) => Some(UuidRef::new(s)?),
-            None => None,
-        };
         let brand = match f.brand {
             Some(s) => Some(Brand::of(s)?),
             None => None,
         };
         let vm = PlainVm {
-            uuid,
-            owner_uuid: Some(UuidRef::new(f.owner_uuid)?),
+            uuid: f.uuid,
+            owner_uuid: Some(f.owner_uuid),
             alias: f.alias,
             max_physical_memory_mib: SmallNum::of(f.max_physical_memory_mib)?,
             quota_gib: SmallNum::of(f.quota_gib)?,
@@ -463,9 +471,11 @@ pub fn owner_bits(owner: &str) -> (u8, u8) {
     (nib(0) << 4 | (nib(1) & 0x0f), nib(2) << 4 | (nib(3) & 0x0f))
 }
 
-/// A whole number ≥ 0 below 2^53, as an integer.
+/// A whole number ≥ 0 below 2^53, as an integer (through `u64`: without SSE4.1, `fract`
+/// and a float-to-`u128` conversion are library calls, and this runs for every VM read).
 fn whole(n: f64) -> Option<u128> {
-    ((0.0..9_007_199_254_740_992.0).contains(&n) && n.fract() == 0.0).then_some(n as u128)
+    let int = n as u64;
+    ((0.0..9_007_199_254_740_992.0).contains(&n) && int as f64 == n).then_some(u128::from(int))
 }
 
 impl VmSummary {
@@ -480,13 +490,25 @@ impl VmSummary {
     /// Takes in the VM at position `i`, after those already summarised.
     fn add(&mut self, i: u32, vm: &ServerVm<'_>) {
         let s = self;
-        let load = vm.load();
+        // The cap: `None` when falsy (no cap), else whether it is whole and its value.
+        let (load, cap, ram, owner) = match vm {
+            // Read straight from the compact form: this runs for every VM of a request.
+            ServerVm::Plain(p) => {
+                let cap = p.cpu_cap_pct.whole().filter(|&c| c != 0).map(Some);
+                (vm.load(), cap, p.max_physical_memory_mib.whole(), p.owner_uuid.map(UuidRef::as_str))
+            }
+            ServerVm::Full(_) => {
+                let load = vm.load();
+                let cap = load.cpu_cap.map(whole);
+                (load, cap, whole(load.ram_mib), vm.owner_uuid().as_str())
+            }
+        };
         s.kvm_count += u32::from(load.kvm);
-        match load.cpu_cap {
+        match cap {
             Some(cap) => {
                 s.first_capped.get_or_insert(i);
                 if !load.failed {
-                    s.cap_sum = s.cap_sum.zip(whole(cap)).map(|(sum, c)| sum + c);
+                    s.cap_sum = s.cap_sum.zip(cap).map(|(sum, c)| sum + c);
                 }
             }
             None => {
@@ -496,18 +518,12 @@ impl VmSummary {
             }
         }
         if !load.failed {
-            s.ram_sums =
-                s.ram_sums.zip(whole(load.ram_mib)).map(
-                    |((hvm, other), ram)| {
-                        if load.hvm {
-                            (hvm + ram, other)
-                        } else {
-                            (hvm, other + ram)
-                        }
-                    },
-                );
+            s.ram_sums = s
+                .ram_sums
+                .zip(ram)
+                .map(|((hvm, other), ram)| if load.hvm { (hvm + ram, other) } else { (hvm, other + ram) });
         }
-        if let Some(owner) = vm.owner_uuid().as_str() {
+        if let Some(owner) = owner {
             let (x, y) = owner_bits(owner);
             s.owners[usize::from(x >> 6)] |= 1 << (x & 63);
             s.owners[usize::from(y >> 6)] |= 1 << (y & 63);

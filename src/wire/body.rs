@@ -20,7 +20,7 @@ use crate::model::{
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
 
 fn top_level(body: &[u8]) -> Result<TopLevel<'_>, BodyError> {
-    match std::str::from_utf8(body) {
+    match crate::scan::utf8(body) {
         Ok(text) => json::from_str::<TopLevel>(text),
         Err(_) => serde_json::from_slice::<TopLevel>(body),
     }
@@ -256,7 +256,7 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
 /// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
-    let text = std::str::from_utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
+    let text = crate::scan::utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
     let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
     read_allocate_body(walked)
 }
@@ -395,7 +395,7 @@ pub fn parse_capacity_request(body: &[u8]) -> Result<CapacityBody<'_>, BodyError
 }
 
 fn capacity_fast(body: &[u8]) -> Option<CapacityBody<'_>> {
-    let mut cursor = Cursor::new(std::str::from_utf8(body).ok()?);
+    let mut cursor = Cursor::new(crate::scan::utf8(body).ok()?);
     let (servers, members) = match cursor.peek()? {
         b'[' => {
             let servers = cursor.servers().ok()?;
@@ -466,7 +466,7 @@ impl<'a> ArrivingText<'a> {
         }
         let before = self.valid;
         let bytes = self.body.received();
-        match std::str::from_utf8(&bytes[self.valid..]) {
+        match crate::scan::utf8(&bytes[self.valid..]) {
             Ok(_) => self.valid = bytes.len(),
             // A character cut by the end of what came: up to it.
             Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
@@ -518,8 +518,10 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
     let (mut raws, mut servers) = (Vec::new(), Vec::new());
     loop {
         let start = c.pos;
-        let mut attempt = Cursor { text: c.text, pos: start };
-        match next_server(&mut attempt, servers.is_empty()) {
+        let mut attempt = Cursor { text: c.text, pos: start, vm_keys: std::mem::take(&mut c.vm_keys) };
+        let next = next_server(&mut attempt, servers.is_empty());
+        c.vm_keys = attempt.vm_keys;
+        match next {
             Some(Some((server, raw))) => {
                 servers.push(server);
                 raws.push(raw);
@@ -537,8 +539,8 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
     servers.shrink_to_fit();
     // The rest (vm, image, package, tickets) is small: read it once the body is whole.
     let whole = body.complete()?;
-    let whole = std::str::from_utf8(whole).ok()?;
-    let mut c = Cursor { text: whole, pos: c.pos };
+    let whole = crate::scan::utf8(whole).ok()?;
+    let mut c = Cursor::at(whole, c.pos);
     c.allocate_body_members(TopLevel::new(), Some(ServersMember::Array(Ok((raws, servers)))), false).ok()
 }
 

@@ -8,7 +8,9 @@
 
 use serde::Deserialize;
 
+use super::vms::VmKeys;
 use crate::js::Js;
+use crate::model::UuidRef;
 
 /// The readers below are `#[inline]`: they run for every value of a datacenter-sized body,
 /// and without the hint whether they are inlined into the server and VM readers depends on
@@ -17,43 +19,31 @@ use crate::js::Js;
 pub(super) struct Cursor<'a> {
     pub text: &'a str,
     pub pos: usize,
-}
-
-/// Bytes that end the fast read of a string: the quote, a backslash, and control characters
-/// (which JSON does not allow raw, so serde_json reports them).
-fn string_stop(b: u8) -> bool {
-    b == b'"' || b == b'\\' || b < 0x20
-}
-
-/// The position of the first [`string_stop`] byte at or after `from`, eight bytes at a time.
-#[inline]
-fn find_string_stop(bytes: &[u8], from: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Bytes below `n` have their high bit set in the result; the lowest such byte is exact.
-    let below = |w: u64, n: u64| w.wrapping_sub(ONES * n) & !w & HIGH;
-    let mut i = from;
-    while let Some(chunk) = bytes.get(i..i + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_le_bytes(word);
-        let hits = below(w ^ (ONES * u64::from(b'"')), 1) | below(w ^ (ONES * u64::from(b'\\')), 1) | below(w, 0x20);
-        if hits != 0 {
-            return Some(i + (hits.trailing_zeros() / 8) as usize);
-        }
-        i += 8;
-    }
-    bytes.get(i..)?.iter().position(|&b| string_stop(b)).map(|p| i + p)
+    /// The keys of the last VM read, which the next VM most likely has too.
+    pub vm_keys: VmKeys,
 }
 
 impl<'a> Cursor<'a> {
     pub fn new(text: &'a str) -> Cursor<'a> {
-        Cursor { text, pos: 0 }
+        Cursor::at(text, 0)
     }
 
-    /// Skips whitespace; the next byte.
-    #[inline]
+    pub fn at(text: &'a str, pos: usize) -> Cursor<'a> {
+        Cursor { text, pos, vm_keys: VmKeys::default() }
+    }
+
+    /// Skips whitespace; the next byte. Bodies as CNAPI sends them have no whitespace
+    /// between tokens, so the first byte usually answers.
+    #[inline(always)]
     pub fn peek(&mut self) -> Option<u8> {
+        let b = *self.text.as_bytes().get(self.pos)?;
+        if b > b' ' {
+            return Some(b);
+        }
+        self.skip_whitespace()
+    }
+
+    fn skip_whitespace(&mut self) -> Option<u8> {
         let bytes = self.text.as_bytes();
         while let Some(b' ' | b'\t' | b'\n' | b'\r') = bytes.get(self.pos) {
             self.pos += 1;
@@ -61,7 +51,48 @@ impl<'a> Cursor<'a> {
         bytes.get(self.pos).copied()
     }
 
-    #[inline]
+    /// The byte at `at`, or 0 past the end: 0 is never a token, so a reader that meets it
+    /// gives up as it would at the end.
+    #[inline(always)]
+    pub fn byte_at(&self, at: usize) -> u8 {
+        self.text.as_bytes().get(at).copied().unwrap_or(0)
+    }
+
+    /// Skips whitespace, if any.
+    #[inline(always)]
+    pub fn skip_ws(&mut self) {
+        if self.byte_at(self.pos) <= b' ' {
+            self.skip_whitespace();
+        }
+    }
+
+    /// The text between `start` and `end`, which the caller found next to ASCII bytes (a
+    /// quote, a colon): both are then char boundaries of the body.
+    #[inline(always)]
+    pub fn str_between(&self, start: usize, end: usize) -> Option<&'a str> {
+        let bytes = self.text.as_bytes().get(start..end)?;
+        debug_assert!(self.text.is_char_boundary(start) && self.text.is_char_boundary(end));
+        // SAFETY: `text` is UTF-8 and both ends are next to ASCII bytes, so at boundaries.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    }
+
+    /// A string without escapes at the cursor (no whitespace before it): where its text
+    /// starts and ends; the cursor moves past it. `None` (cursor unmoved) otherwise.
+    #[inline(always)]
+    pub fn plain_span(&mut self) -> Option<(usize, usize)> {
+        if self.byte_at(self.pos) != b'"' {
+            return None;
+        }
+        let start = self.pos + 1;
+        let end = crate::scan::string_end(self.text.as_bytes(), start)?;
+        if self.byte_at(end) != b'"' {
+            return None;
+        }
+        self.pos = end + 1;
+        Some((start, end))
+    }
+
+    #[inline(always)]
     pub fn eat(&mut self, b: u8) -> bool {
         let found = self.peek() == Some(b);
         self.pos += usize::from(found);
@@ -88,81 +119,56 @@ impl<'a> Cursor<'a> {
     }
 
     /// A string without escapes at the cursor, borrowed; `None` (cursor unmoved) otherwise.
-    #[inline]
+    #[inline(always)]
     pub fn plain_str(&mut self) -> Option<&'a str> {
-        if self.peek() != Some(b'"') {
-            return None;
-        }
-        let bytes = self.text.as_bytes();
-        let start = self.pos + 1;
-        let end = find_string_stop(bytes, start)?;
-        if bytes[end] != b'"' {
-            return None;
-        }
-        let len = end - start;
-        self.pos = end + 1;
-        // The body is valid UTF-8 and the quotes are ASCII, so this is a char boundary.
-        self.text.get(start..start + len)
+        self.skip_ws();
+        let (start, end) = self.plain_span()?;
+        self.str_between(start, end)
     }
 
     /// A lower-case uuid string at the cursor (what the schema's uuid pattern takes),
     /// borrowed; `None` (cursor unmoved) otherwise.
-    #[inline]
-    pub fn uuid_str(&mut self) -> Option<&'a str> {
-        if self.peek() != Some(b'"') {
-            return None;
-        }
+    #[inline(always)]
+    pub fn uuid(&mut self) -> Option<UuidRef<'a>> {
+        self.skip_ws();
         let start = self.pos + 1;
-        let bytes = self.text.as_bytes();
-        if bytes.get(start + 36) != Some(&b'"') || !crate::model::schema::uuid_shaped(bytes.get(start..start + 36)?) {
+        if self.byte_at(self.pos) != b'"' || self.byte_at(start + 36) != b'"' {
             return None;
         }
+        let uuid = UuidRef::from_bytes(self.text.as_bytes().get(start..start + 36)?)?;
         self.pos = start + 37;
-        self.text.get(start..start + 36)
-    }
-
-    /// The key at the cursor when it is one of `keys` (given with their closing quote, e.g.
-    /// `uuid"`), and the `:` after it: its index; `Some(None)` for any other key without
-    /// escapes; `None` (cursor unmoved) for a key with escapes or no key.
-    #[inline]
-    pub fn known_key(&mut self, keys: &[&str]) -> Option<Option<usize>> {
-        if self.peek() != Some(b'"') {
-            return None;
-        }
-        let rest = &self.text.as_bytes()[self.pos + 1..];
-        let first = rest.first()?;
-        let found = keys.iter().position(|k| k.as_bytes()[0] == *first && rest.starts_with(k.as_bytes()));
-        match found {
-            Some(i) => {
-                let start = self.pos;
-                self.pos += 1 + keys[i].len();
-                if self.eat(b':') {
-                    return Some(Some(i));
-                }
-                self.pos = start;
-                None
-            }
-            None => self.key().map(|_| None),
-        }
+        Some(uuid)
     }
 
     /// A whole number of 1 to 15 digits without sign, fraction or exponent (which serde_json
     /// reads exactly, as this does); `None` (cursor unmoved) otherwise.
-    #[inline]
+    #[inline(always)]
     pub fn small_uint(&mut self) -> Option<f64> {
         self.peek();
         let bytes = self.text.as_bytes();
-        let digits = bytes[self.pos..].iter().take(16).take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 || digits > 15 || (digits > 1 && bytes[self.pos] == b'0') {
+        let mut value = 0u64;
+        let mut end = self.pos;
+        while let Some(&d) = bytes.get(end) {
+            let digit = d.wrapping_sub(b'0');
+            if digit > 9 {
+                break;
+            }
+            value = value * 10 + u64::from(digit);
+            end += 1;
+            if end - self.pos > 15 {
+                return None;
+            }
+        }
+        let digits = end - self.pos;
+        if digits == 0 || (digits > 1 && bytes[self.pos] == b'0') {
             return None;
         }
         // What follows must end the number: no fraction, exponent or other character.
-        match bytes.get(self.pos + digits) {
+        match bytes.get(end) {
             None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
             Some(_) => return None,
         }
-        let value = bytes[self.pos..self.pos + digits].iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-        self.pos += digits;
+        self.pos = end;
         Some(value as f64)
     }
 
@@ -189,7 +195,7 @@ impl<'a> Cursor<'a> {
 
     /// An object key without escapes, and the `:` after it; `None` (cursor unmoved)
     /// otherwise.
-    #[inline]
+    #[inline(always)]
     pub fn key(&mut self) -> Option<&'a str> {
         let start = self.pos;
         let key = self.plain_str();
@@ -204,24 +210,6 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn finds_the_first_stop_byte() {
-        let text: Vec<u8> = (0u8..=255).collect();
-        for start in 0..200 {
-            for stop in [b'"', b'\\', 0x00, 0x1f] {
-                let mut t: Vec<u8> = text.iter().map(|&b| if string_stop(b) { b'a' } else { b }).collect();
-                for at in [start, start + 1, start + 7, start + 8, start + 15, start + 40] {
-                    if at < t.len() {
-                        t[at] = stop;
-                        assert_eq!(find_string_stop(&t, start), Some(at), "{stop} at {at} from {start}");
-                        t[at] = b'a';
-                    }
-                }
-                assert_eq!(find_string_stop(&t, start), None);
-            }
-        }
-    }
 
     #[test]
     fn fast_reads_agree_with_serde_or_give_up() {

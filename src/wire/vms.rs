@@ -12,7 +12,7 @@ use serde::de::{MapAccess, SeqAccess, Visitor};
 use super::cursor::Cursor;
 use crate::fxhash::FxBuild;
 use crate::js::Js;
-use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, VmEntry, VmMap};
+use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, UuidRef, VmEntry, VmMap};
 
 /// A field as the parser first sees it: borrowed string, number, absent, or anything else.
 #[derive(Debug, Default)]
@@ -140,9 +140,13 @@ impl<'a> Received<'a> {
         if !(absent(&self.tags) && absent(&self.internal_metadata) && absent(&self.docker)) {
             return None;
         }
+        let uuid = match self.uuid.opt_str()? {
+            Some(s) => Some(UuidRef::new(s)?),
+            None => None,
+        };
         PlainVm::new(PlainFields {
-            uuid: self.uuid.opt_str()?,
-            owner_uuid: self.owner_uuid.str()?,
+            uuid,
+            owner_uuid: UuidRef::new(self.owner_uuid.str()?)?,
             brand: self.brand.opt_str()?,
             state: self.state.str()?,
             alias: self.alias.opt_str()?,
@@ -304,14 +308,25 @@ pub(super) fn read_vms<'a>(c: &mut Cursor<'a>) -> serde_json::Result<Shape<VmMap
     c.value::<Shape<VmMap>>().map(|(v, _)| v)
 }
 
+#[inline(never)]
 fn read_vms_fast<'a>(c: &mut Cursor<'a>) -> Option<VmMap<'a>> {
     c.eat(b'{');
     let mut vms = Builder::new(32);
     if !c.eat(b'}') {
         loop {
-            let key = c.key()?;
+            // CNAPI keys VMs by their uuids: such a key needs no search for its end.
+            c.skip_ws();
+            let key_start = c.pos;
+            let key = match c.uuid() {
+                Some(uuid) if c.eat(b':') => uuid.as_str(),
+                _ => {
+                    c.pos = key_start;
+                    c.key()?
+                }
+            };
+            c.skip_ws();
             let start = c.pos;
-            let value = match (c.peek() == Some(b'{')).then(|| read_plain_vm(c)).flatten() {
+            let value = match (c.byte_at(start) == b'{').then(|| read_plain_vm(c)).flatten() {
                 Some(vm) => Shape::Obj(vm),
                 None => {
                     c.pos = start;
@@ -319,85 +334,187 @@ fn read_vms_fast<'a>(c: &mut Cursor<'a>) -> Option<VmMap<'a>> {
                 }
             };
             vms.push(Cow::Borrowed(key), value);
-            if c.eat(b'}') {
-                break;
-            }
-            if !c.eat(b',') {
-                return None;
+            c.skip_ws();
+            match c.byte_at(c.pos) {
+                b',' => c.pos += 1,
+                b'}' => {
+                    c.pos += 1;
+                    break;
+                }
+                _ => return None,
             }
         }
     }
     Some(vms.finish())
 }
 
-/// The VM fields the fast reader looks for, with their closing quote, in the order they
-/// usually come.
-const FAST_VM_KEYS: [&str; 11] = [
-    "uuid\"",
-    "owner_uuid\"",
-    "brand\"",
-    "state\"",
-    "max_physical_memory\"",
-    "quota\"",
-    "cpu_cap\"",
-    "alias\"",
-    "tags\"",
-    "internal_metadata\"",
-    "docker\"",
-];
+/// The VM fields the fast reader looks for: their place in the derived reader's list
+/// (`VM_FIELDS` in the tests), which is also their bit in the record of fields seen.
+fn vm_field(key: &[u8]) -> Option<u32> {
+    Some(match key {
+        b"uuid" => 0,
+        b"owner_uuid" => 1,
+        b"brand" => 2,
+        b"state" => 3,
+        b"max_physical_memory" => 4,
+        b"quota" => 5,
+        b"cpu_cap" => 6,
+        b"alias" => 7,
+        b"tags" => 8,
+        b"internal_metadata" => 9,
+        b"docker" => 10,
+        _ => return None,
+    })
+}
+
+/// The keys of the last VM read, in order, as compact JSON text (`"uuid":`).
+///
+/// The VMs of a body nearly always have the same keys in the same order, so the reader
+/// first compares the bytes at each key with the key in that place in the last VM (three
+/// masked word compares) and only looks for the key's end and matches it when they differ.
+/// It is only ever a guess: a key is taken only when its bytes are exactly the guessed
+/// ones, so what is read does not depend on it.
+#[derive(Default)]
+pub(super) struct VmKeys {
+    keys: Vec<ExpectedKey>,
+}
+
+/// One key's text (`"name":`, at most [`ExpectedKey::MAX`] bytes) as words and masks, and
+/// the field it names ([`vm_field`]; `None`: a field the reader skips).
+#[derive(Clone, Copy)]
+struct ExpectedKey {
+    words: [u64; 3],
+    masks: [u64; 3],
+    len: usize,
+    field: Option<u32>,
+}
+
+impl ExpectedKey {
+    const MAX: usize = 24;
+
+    fn new(text: &[u8], field: Option<u32>) -> Option<ExpectedKey> {
+        if text.len() > ExpectedKey::MAX {
+            return None;
+        }
+        let mut padded = [0u8; ExpectedKey::MAX];
+        padded[..text.len()].copy_from_slice(text);
+        let mut mask = [0u8; ExpectedKey::MAX];
+        mask[..text.len()].fill(0xff);
+        Some(ExpectedKey { words: words(&padded), masks: words(&mask), len: text.len(), field })
+    }
+
+    /// Whether the key at `at` is this one.
+    #[inline(always)]
+    fn is_at(&self, bytes: &[u8], at: usize) -> bool {
+        match bytes.get(at..at + ExpectedKey::MAX).and_then(|w| <&[u8; ExpectedKey::MAX]>::try_from(w).ok()) {
+            Some(window) => {
+                let w = words(window);
+                let differ = |i: usize| (w[i] ^ self.words[i]) & self.masks[i];
+                differ(0) | differ(1) | differ(2) == 0
+            }
+            // The last bytes of the body: no VM key ends there.
+            None => false,
+        }
+    }
+}
+
+#[inline(always)]
+fn words(b: &[u8; ExpectedKey::MAX]) -> [u64; 3] {
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    [word(0), word(1), word(2)]
+}
 
 /// A plain VM: strings without escapes, small whole numbers, values that pass the
 /// checks a [`PlainVm`] stands for. Anything else (including a repeated field, which
 /// serde_json reports) gives up, and serde_json reads the VM.
+#[inline(never)]
 fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
-    c.eat(b'{');
-    let mut vm = PlainFields {
-        uuid: None,
-        owner_uuid: "",
-        brand: None,
-        state: "",
-        alias: None,
-        max_physical_memory_mib: f64::NAN,
-        quota_gib: f64::NAN,
-        cpu_cap_pct: f64::NAN,
-    };
+    // Past the `{` the caller saw; `{}` gives up below (a plain VM has an owner).
+    c.pos += 1;
+    let (mut uuid, mut owner_uuid, mut brand, mut state, mut alias) = (None, None, None, None, None);
+    let (mut ram, mut quota, mut cap) = (f64::NAN, f64::NAN, f64::NAN);
     let mut seen = 0u16;
-    if !c.eat(b'}') {
-        loop {
-            match c.known_key(&FAST_VM_KEYS)? {
-                Some(i) => {
-                    if seen & (1 << i) != 0 {
-                        return None;
-                    }
-                    seen |= 1 << i;
-                    match i {
-                        0 => vm.uuid = Some(c.uuid_str().or_else(|| c.plain_str())?),
-                        1 => vm.owner_uuid = c.uuid_str()?,
-                        2 => vm.brand = Some(c.plain_str()?),
-                        3 => vm.state = c.plain_str()?,
-                        4 => vm.max_physical_memory_mib = c.small_uint()?,
-                        5 => vm.quota_gib = c.small_uint()?,
-                        6 => vm.cpu_cap_pct = c.small_uint()?,
-                        7 => vm.alias = Some(c.plain_str()?),
-                        // tags, internal_metadata, docker: not a plain VM.
-                        _ => return None,
-                    }
+    // The place in the last VM's keys; once a key differs, this VM's keys from there on
+    // replace the rest of them.
+    let mut place = 0;
+    loop {
+        c.skip_ws();
+        let field = match c.vm_keys.keys.get(place) {
+            Some(expected) if expected.is_at(c.text.as_bytes(), c.pos) => {
+                c.pos += expected.len;
+                expected.field
+            }
+            _ => {
+                c.vm_keys.keys.truncate(place);
+                let (key_start, key_end) = c.plain_span()?;
+                let compact = c.byte_at(c.pos) == b':';
+                c.skip_ws();
+                if c.byte_at(c.pos) != b':' {
+                    return None;
                 }
-                None => c.skip().ok()?,
+                c.pos += 1;
+                let field = vm_field(c.text.as_bytes().get(key_start..key_end)?);
+                let text = c.text.as_bytes().get(key_start - 1..key_end + 2)?;
+                if let Some(key) = ExpectedKey::new(text, field).filter(|_| compact && c.vm_keys.keys.len() == place) {
+                    c.vm_keys.keys.push(key);
+                }
+                field
             }
-            if c.eat(b'}') {
-                break;
+        };
+        place += 1;
+        c.skip_ws();
+        match field {
+            Some(i) => {
+                if seen & (1 << i) != 0 {
+                    return None;
+                }
+                seen |= 1 << i;
+                match i {
+                    0 => uuid = Some(c.uuid()?),
+                    1 => owner_uuid = Some(c.uuid()?),
+                    2 => brand = Some(c.plain_str()?),
+                    3 => state = Some(c.plain_str()?),
+                    4 => ram = c.small_uint()?,
+                    5 => quota = c.small_uint()?,
+                    6 => cap = c.small_uint()?,
+                    7 => alias = Some(c.plain_str()?),
+                    // tags, internal_metadata, docker: not a plain VM.
+                    _ => return None,
+                }
             }
-            if !c.eat(b',') {
-                return None;
+            None => {
+                if c.plain_span().is_none() {
+                    c.skip().ok()?;
+                }
             }
         }
+        c.skip_ws();
+        match c.byte_at(c.pos) {
+            b',' => c.pos += 1,
+            b'}' => {
+                c.pos += 1;
+                break;
+            }
+            _ => return None,
+        }
     }
-    // Required: owner_uuid, state, max_physical_memory (and what the schema says of them).
-    if seen & 0b1_1010 != 0b1_1010 {
-        return None;
-    }
-    PlainVm::new(vm).map(ServerVm::Plain)
+    // Required: owner_uuid, state, max_physical_memory (a missing one is NaN, which
+    // `PlainVm::new` refuses with the schema).
+    PlainVm::new(PlainFields {
+        uuid,
+        owner_uuid: owner_uuid?,
+        brand,
+        state: state?,
+        alias,
+        max_physical_memory_mib: ram,
+        quota_gib: quota,
+        cpu_cap_pct: cap,
+    })
+    .map(ServerVm::Plain)
 }
 
 /// The fields [`read_plain_vm`] reads, as the derived reader names them.
@@ -542,6 +659,83 @@ mod tests {
     #[test]
     fn the_fast_reader_knows_every_vm_field() {
         assert_eq!(crate::wire::serde_fields::<Received>(), VM_FIELDS);
+        for (i, field) in VM_FIELDS.iter().enumerate() {
+            assert_eq!(vm_field(field.as_bytes()), Some(i as u32));
+            assert_eq!(vm_field(&field.as_bytes()[1..]), None);
+            assert_eq!(vm_field(format!("{field}_").as_bytes()), None);
+        }
+    }
+
+    /// The keys of one VM are the guess for the next: VMs whose keys differ from the last
+    /// one's in order, in one byte, in length (a prefix, a longer key), with whitespace or
+    /// an escape are read as serde_json reads them, whichever VM comes before.
+    #[test]
+    fn the_last_vms_keys_are_only_a_guess() {
+        let vm = |keys: &[&str]| {
+            let fields: Vec<String> = keys
+                .iter()
+                .map(|k| {
+                    // Values that fit the field the key is most like, so that a key taken for
+                    // another would be read without a complaint.
+                    let value = match k.trim().trim_matches('"') {
+                        "owner_uuid" | "uuid" => format!("\"{OWNER}\""),
+                        n if n.starts_with("max_phys") || n == "quota" || n == "cpu_cap" => "64".into(),
+                        n if n.starts_with("stat") => "\"running\"".into(),
+                        "brand" => "\"lx\"".into(),
+                        _ => "\"x\"".into(),
+                    };
+                    format!("{k}:{value}")
+                })
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        };
+        let shapes: Vec<Vec<&str>> = vec![
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""state""#, r#""max_physical_memory""#, r#""last_modified""#],
+            vec![r#""owner_uuid""#, r#""uuid""#, r#""state""#, r#""max_physical_memory""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""state""#, r#""max_physical_memorz""#, r#""max_physical_memory""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""state""#, r#""max_physical_memorz""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""state""#, r#""max_phys""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""stat""#, r#""state""#, r#""max_physical_memory""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""states""#, r#""state""#, r#""max_physical_memory""#],
+            vec![r#" "uuid" "#, r#""owner_uuid" "#, r#""state""#, r#""max_physical_memory""#],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""st\u0061te""#, r#""max_physical_memory""#],
+            vec![
+                r#""uuid""#,
+                r#""owner_uuid""#,
+                r#""state""#,
+                r#""max_physical_memory""#,
+                r#""a_key_longer_than_the_guess_holds""#,
+            ],
+            vec![r#""uuid""#, r#""owner_uuid""#, r#""state""#, r#""max_physical_memory""#, r#""state""#],
+            vec![
+                r#""uuid""#,
+                r#""owner_uuid""#,
+                r#""state""#,
+                r#""max_physical_memory""#,
+                r#""quota""#,
+                r#""cpu_cap""#,
+            ],
+        ];
+        for first in &shapes {
+            for second in &shapes {
+                for third in &shapes {
+                    let text =
+                        format!(r#"{{"a":{},"b":{},"c":{},"d":{}}}"#, vm(first), vm(second), vm(third), vm(first));
+                    let text: &'static str = Box::leak(text.into_boxed_str());
+                    let serde = serde_json::from_str::<Shape<VmMap>>(text);
+                    let mut c = Cursor::new(text);
+                    match (serde, read_vms(&mut c)) {
+                        (Ok(serde), Ok(fast)) => {
+                            assert_eq!(format!("{fast:?}"), format!("{serde:?}"), "{text}");
+                            assert_eq!(c.pos, text.len());
+                        }
+                        // A repeated field.
+                        (Err(serde), Err(fast)) => assert_eq!(fast.to_string(), serde.to_string(), "{text}"),
+                        (serde, fast) => panic!("{text}: serde {serde:?}, fast {fast:?}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

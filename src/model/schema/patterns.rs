@@ -11,26 +11,10 @@ pub fn is_uuid(s: &str) -> bool {
     uuid_shaped(s.as_bytes())
 }
 
-/// Lower-case hex digits.
-const HEX: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut c = 0;
-    while c < 256 {
-        t[c] = matches!(c as u8, b'0'..=b'9' | b'a'..=b'f');
-        c += 1;
-    }
-    t
-};
-
 /// [`is_uuid`] on bytes (the request reader checks the 36 bytes after a quote).
 #[inline]
 pub fn uuid_shaped(b: &[u8]) -> bool {
-    b.len() == 36
-        && b[8] == b'-'
-        && b[13] == b'-'
-        && b[18] == b'-'
-        && b[23] == b'-'
-        && b.iter().enumerate().all(|(i, &c)| HEX[usize::from(c)] || matches!(i, 8 | 13 | 18 | 23))
+    crate::scan::uuid_shaped(b)
 }
 
 /// `^20\d\d[01]\d[0123]\dT[012]\d[012345]\d\d\dZ$`, e.g. `20140710T010203Z`.
