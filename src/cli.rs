@@ -484,7 +484,11 @@ fn run(command: Command) -> Result<(), CliError> {
             let (config, engine) = config.load()?;
             let body = read_input(&request)?;
             // No fit prints {"server": null, "steps": [...]} and exits 0 (the service: 409).
-            let options = AnswerOptions { steps: steps.unwrap_or(Steps::Full).into(), no_fit: NoFitBody::NullServer };
+            let options = AnswerOptions {
+                steps: steps.unwrap_or(Steps::Full).into(),
+                no_fit: NoFitBody::NullServer,
+                exiting: true,
+            };
             let batch = crate::batch::BatchOptions { steps: steps.map(Into::into), count };
             let explain = (explain || !why_not.is_empty()).then(|| explain_options(why_not));
             // Printed while it is written: a big answer (~8 MB at 5000 servers) is then

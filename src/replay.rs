@@ -252,7 +252,7 @@ fn answer_digest(request: &AllocateBody<'_>, allocation: &Allocation, asked: &An
         }
         options
     });
-    let options = AnswerOptions { steps, no_fit: NoFitBody::Error };
+    let options = AnswerOptions { steps, no_fit: NoFitBody::Error, exiting: false };
     let mut out = Vec::new();
     answer::write_explained_allocation(request, allocation, options, explain.as_ref(), &mut out, &mut |_| {})
         .map_err(|e| e.to_string())?;

@@ -190,7 +190,7 @@ fn write_answer(
     out: &mut Vec<u8>,
     part_done: &mut dyn FnMut(&mut Vec<u8>),
 ) -> Result<(), AnswerError> {
-    let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error };
+    let options = AnswerOptions { steps: format, no_fit: NoFitBody::Error, exiting: false };
     answer::write_explained_allocation_on(raw_servers, servers, allocation, options, explain, out, part_done)
 }
 

@@ -4,6 +4,8 @@
 //! server back as received) and parsed into [`Server`]s. Type problems of the top-level
 //! parameters are collected and reported together, the way CNAPI's parameter check does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use indexmap::IndexMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -14,7 +16,8 @@ use super::sysinfo::read_sysinfo;
 use super::vms::read_vms;
 use crate::js::{json, Js};
 use crate::model::{
-    AllocateBody, BatchFields, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Ticket, VmPayload,
+    AllocateBody, BatchFields, BodyError, FieldError, Image, Package, ParamType, RawParams, Server, Shape, Ticket,
+    VmPayload,
 };
 
 type TopLevel<'a> = IndexMap<String, &'a RawValue>;
@@ -76,6 +79,42 @@ fn parse_servers<'a>(
 /// The top-level members but `servers`, and `servers`.
 type Walked<'a> = (TopLevel<'a>, Option<ServersMember<'a>>);
 
+/// Servers arrays from this many bytes are read by two threads (where there are two
+/// cores): below, starting a thread costs more than half the reading saves.
+const SPLIT_FROM: usize = 4 << 20;
+
+/// Servers read ahead by the second thread, and where its reading stopped (after its last
+/// server).
+#[derive(Default)]
+struct ReadAheadServers<'a> {
+    raws: Vec<&'a str>,
+    servers: Vec<Server<'a>>,
+    end: usize,
+}
+
+/// The other thread: where it started, its handle, and its stop sign.
+type ReadAhead<'s, 'a> = (usize, std::thread::ScopedJoinHandle<'s, ReadAheadServers<'a>>, &'s AtomicBool);
+
+/// The second thread's reading of a big servers array: server after server from `from`,
+/// which is only a guess at where an element starts (a `},{` halfway), until the array
+/// ends, a server it cannot read (the first thread reads that one and words the error), or
+/// `stop`. Whatever it reads is used only if the first thread, reading from the start,
+/// arrives at `from` exactly.
+fn read_ahead<'a>(text: &'a str, from: usize, stop: &AtomicBool) -> ReadAheadServers<'a> {
+    let mut c = Cursor::at(text, from);
+    let mut read = ReadAheadServers { end: from, ..ReadAheadServers::default() };
+    while !stop.load(Ordering::Relaxed) && c.peek() == Some(b'{') {
+        let Ok((server, raw)) = c.server() else { break };
+        read.servers.push(server);
+        read.raws.push(raw);
+        read.end = c.pos;
+        if !c.eat(b',') {
+            break;
+        }
+    }
+    read
+}
+
 /// The `servers` member as read in the one pass over the body.
 enum ServersMember<'a> {
     /// An array: each server's text and typed form, or the problems of its elements.
@@ -110,26 +149,23 @@ impl<'a> Cursor<'a> {
             return None;
         }
         let mut s = Server::default();
-        let mut seen = 0u32;
         if self.eat(b'}') {
             return Some(s);
         }
         loop {
             let key = self.key()?;
-            let bit = Server::FIELDS.iter().position(|&f| f == key);
-            if let Some(bit) = bit {
-                // A repeated field is an error serde_json reports.
-                if seen & (1 << bit) != 0 {
+            // A field given twice is an error serde_json reports: read values are never
+            // `undefined` nor `Absent`, so a slot that is not is one read before.
+            if let Some(slot) = s.js_field_mut(key) {
+                if !slot.is_undefined() {
                     return None;
                 }
-                seen |= 1 << bit;
-            }
-            if let Some(slot) = s.js_field_mut(key) {
                 *slot = self.js().ok()?;
             } else {
                 match key {
-                    "sysinfo" => s.sysinfo = read_sysinfo(self).ok()?,
-                    "vms" => s.vms = read_vms(self).ok()?,
+                    "sysinfo" if matches!(s.sysinfo, Shape::Absent) => s.sysinfo = read_sysinfo(self).ok()?,
+                    "vms" if matches!(s.vms, Shape::Absent) => s.vms = read_vms(self).ok()?,
+                    "sysinfo" | "vms" => return None,
                     _ => self.skip().ok()?,
                 }
             }
@@ -142,17 +178,60 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// The servers array, the cursor being at its `[`.
+    /// The servers array, the cursor being at its `[`. A big one is read by two threads
+    /// where there are two cores: see [`read_ahead`].
     fn servers(&mut self) -> serde_json::Result<ServersMember<'a>> {
         self.expect(b'[')?;
+        let Some(split) = self.split_point() else { return self.servers_read(None) };
+        let stop = AtomicBool::new(false);
+        let text = self.text;
+        std::thread::scope(|scope| {
+            let ahead = scope.spawn(|| read_ahead(text, split, &stop));
+            let read = self.servers_read(Some((split, ahead, &stop)));
+            stop.store(true, Ordering::Relaxed);
+            read
+        })
+    }
+
+    /// Where a second thread would start on the servers array from the cursor: at a server
+    /// about halfway through the rest of the body (`},{` there), if it is big and the
+    /// machine has a second core.
+    fn split_point(&self) -> Option<usize> {
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let rest = self.text.len() - self.pos;
+        if cores < 2 || rest < SPLIT_FROM {
+            return None;
+        }
+        let half = self.pos + rest / 2;
+        self.text.get(half..)?.find("},{").map(|at| half + at + 2)
+    }
+
+    /// The servers array's elements from the cursor on; `ahead`, the other thread reading
+    /// from `split` on, whose servers are taken when this reading reaches `split` exactly
+    /// (then `split` starts an element, so they are what this thread would have read).
+    fn servers_read(&mut self, mut ahead: Option<ReadAhead<'_, 'a>>) -> serde_json::Result<ServersMember<'a>> {
         let (mut raws, mut servers, mut errors) = (Vec::new(), Vec::new(), Vec::new());
         let mut i = 0;
         while !self.eat(b']') {
             if i > 0 {
                 self.expect(b',')?;
             }
+            let next = self.peek();
+            if let Some((split, handle, stop)) = ahead.take_if(|(split, ..)| self.pos >= *split) {
+                // Past the split: the other thread did not start at an element; stop it.
+                stop.store(self.pos > split, Ordering::Relaxed);
+                let read = handle.join().unwrap_or_default();
+                if self.pos == split && !read.servers.is_empty() {
+                    i += read.servers.len();
+                    raws.extend(read.raws);
+                    servers.extend(read.servers);
+                    self.pos = read.end;
+                    continue;
+                }
+            }
             let field = || format!("servers[{i}]");
-            if self.peek() == Some(b'{') {
+            if next == Some(b'{') {
                 match self.server() {
                     Ok((server, raw)) => {
                         raws.push(raw);

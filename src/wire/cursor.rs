@@ -172,8 +172,8 @@ impl<'a> Cursor<'a> {
         Some(value as f64)
     }
 
-    /// A value that has no fast reading: `true`, `false`, `null`, plain strings and small
-    /// whole numbers as [`Js`]; anything else through serde_json.
+    /// A value as [`Js`]: `true`, `false`, `null`, plain strings and small whole numbers
+    /// read here, anything else through serde_json.
     pub fn js(&mut self) -> serde_json::Result<Js> {
         if let Some(s) = self.plain_str() {
             return Ok(Js::str(s));
@@ -181,7 +181,61 @@ impl<'a> Cursor<'a> {
         if let Some(n) = self.small_uint() {
             return Ok(Js::Num(n));
         }
+        if let Some(v) = self.literal() {
+            return Ok(v);
+        }
+        let start = self.pos;
+        if let Some(v) = self.plain_array_or_empty_object() {
+            return Ok(v);
+        }
+        self.pos = start;
         self.value::<Js>().map(|(v, _)| v)
+    }
+
+    /// `{}`, or an array of plain strings and small whole numbers (a NIC's tags): as serde
+    /// reads them; `None` (cursor moved) for anything else.
+    fn plain_array_or_empty_object(&mut self) -> Option<Js> {
+        if self.eat(b'{') {
+            return self.eat(b'}').then(|| Js::obj(crate::js::JsObject::default()));
+        }
+        if !self.eat(b'[') {
+            return None;
+        }
+        let mut items = Vec::new();
+        if self.eat(b']') {
+            return Some(Js::Arr(items));
+        }
+        loop {
+            let item = match self.plain_str() {
+                Some(s) => Js::str(s),
+                None => Js::Num(self.small_uint()?),
+            };
+            items.push(item);
+            if self.eat(b']') {
+                return Some(Js::Arr(items));
+            }
+            if !self.eat(b',') {
+                return None;
+            }
+        }
+    }
+
+    /// `true`, `false` or `null` at the cursor, followed by what may end a value; `None`
+    /// (cursor unmoved) otherwise.
+    fn literal(&mut self) -> Option<Js> {
+        let rest = self.text.as_bytes().get(self.pos..)?;
+        let (value, len) = match rest.first()? {
+            b't' if rest.starts_with(b"true") => (Js::Bool(true), 4),
+            b'f' if rest.starts_with(b"false") => (Js::Bool(false), 5),
+            b'n' if rest.starts_with(b"null") => (Js::Null, 4),
+            _ => return None,
+        };
+        match rest.get(len) {
+            None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
+            Some(_) => return None,
+        }
+        self.pos += len;
+        Some(value)
     }
 
     /// Steps over the value at the cursor (plain strings quickly, the rest with serde_json,
@@ -232,9 +286,24 @@ mod tests {
             "12 ",
             "12x",
             "true",
+            "true,",
+            "truex",
+            "false}",
+            "fals",
             "null",
+            "null ",
+            "nul",
             "[1]",
+            "[]",
+            "[ ]",
+            "[\"a\", 2,\"b\"]",
+            "[\"a\",]",
+            "[\"a\" \"b\"]",
+            "[1.5]",
+            "[[]]",
             "{}",
+            "{ }",
+            "{\"a\":1}",
         ] {
             let mut c = Cursor::new(text);
             if let Some(s) = c.plain_str() {

@@ -10,7 +10,9 @@ use indexmap::IndexMap;
 use super::cursor::Cursor;
 use crate::model::{Nic, Shape, Sysinfo, VirtualNic};
 
-/// The sysinfo fields read, as named on the wire (the model's serde names, in its order).
+/// The sysinfo fields read, as named on the wire (the model's serde names, in its order):
+/// what the index functions below must agree with.
+#[cfg(test)]
 const SYSINFO_FIELDS: [&str; 16] = [
     "Bhyve Capable",
     "Bhyve Max Vcpus",
@@ -29,14 +31,56 @@ const SYSINFO_FIELDS: [&str; 16] = [
     "System Type",
     "Zpool Encrypted",
 ];
+#[cfg(test)]
 const NIC_FIELDS: [&str; 2] = ["Link Status", "NIC Names"];
+#[cfg(test)]
 const VIRTUAL_NIC_FIELDS: [&str; 2] = ["Link Status", "Overlay Nic Tags"];
+
+/// A sysinfo key's place in `SYSINFO_FIELDS` (a match rather than a scan of the names:
+/// every key of every server's sysinfo is looked up).
+fn sysinfo_index(key: &str) -> Option<usize> {
+    Some(match key {
+        "Bhyve Capable" => 0,
+        "Bhyve Max Vcpus" => 1,
+        "CPU Total Cores" => 2,
+        "CPU Socket Count" => 3,
+        "CPU Core Count" => 4,
+        "CPU Online Count" => 5,
+        "CPU Count" => 6,
+        "Admin NIC Tag" => 7,
+        "Admin IP" => 8,
+        "HVM API" => 9,
+        "Network Interfaces" => 10,
+        "Virtual Network Interfaces" => 11,
+        "Live Image" => 12,
+        "SDC Version" => 13,
+        "System Type" => 14,
+        "Zpool Encrypted" => 15,
+        _ => return None,
+    })
+}
+
+fn nic_index(key: &str) -> Option<usize> {
+    Some(match key {
+        "Link Status" => 0,
+        "NIC Names" => 1,
+        _ => return None,
+    })
+}
+
+fn virtual_nic_index(key: &str) -> Option<usize> {
+    Some(match key {
+        "Link Status" => 0,
+        "Overlay Nic Tags" => 1,
+        _ => return None,
+    })
+}
 
 /// `server.sysinfo` at the cursor.
 pub(super) fn read_sysinfo(c: &mut Cursor<'_>) -> serde_json::Result<Shape<Sysinfo>> {
     let start = c.pos;
     if c.peek() == Some(b'{') {
-        if let Some(sysinfo) = read_object(c, &SYSINFO_FIELDS, sysinfo_field) {
+        if let Some(sysinfo) = read_object(c, sysinfo_index, sysinfo_field) {
             return Ok(Shape::Obj(sysinfo));
         }
         c.pos = start;
@@ -57,11 +101,11 @@ fn sysinfo_field(s: &mut Sysinfo, field: usize, c: &mut Cursor<'_>) -> Option<()
         8 => &mut s.admin_ip,
         9 => &mut s.hvm_api,
         10 => {
-            s.network_interfaces = nic_map(c, &NIC_FIELDS, nic_field)?;
+            s.network_interfaces = nic_map(c, nic_index, nic_field)?;
             return Some(());
         }
         11 => {
-            s.virtual_network_interfaces = nic_map(c, &VIRTUAL_NIC_FIELDS, virtual_nic_field)?;
+            s.virtual_network_interfaces = nic_map(c, virtual_nic_index, virtual_nic_field)?;
             return Some(());
         }
         12 => &mut s.live_image,
@@ -89,7 +133,7 @@ fn virtual_nic_field(nic: &mut VirtualNic, field: usize, c: &mut Cursor<'_>) -> 
 /// place and takes the last value, as `IndexMap` does under serde); anything else by serde.
 fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     c: &mut Cursor<'_>,
-    fields: &[&str],
+    index: fn(&str) -> Option<usize>,
     field: fn(&mut T, usize, &mut Cursor<'_>) -> Option<()>,
 ) -> Option<Shape<IndexMap<Box<str>, Shape<T>>>> {
     if c.peek() != Some(b'{') {
@@ -103,7 +147,7 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     loop {
         let name = c.key()?;
         let start = c.pos;
-        let nic = match (c.peek() == Some(b'{')).then(|| read_object(c, fields, field)).flatten() {
+        let nic = match (c.peek() == Some(b'{')).then(|| read_object(c, index, field)).flatten() {
             Some(nic) => Shape::Obj(nic),
             None => {
                 c.pos = start;
@@ -120,11 +164,12 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     }
 }
 
-/// An object of known `fields` (read by `field`, by index) and others (stepped over); `None`
-/// for a key with escapes, a field given twice (serde's error), or anything unusual.
+/// An object of known fields (their place given by `index`, read by `field`) and others
+/// (stepped over); `None` for a key with escapes, a field given twice (serde's error), or
+/// anything unusual.
 fn read_object<'a, T: Default>(
     c: &mut Cursor<'a>,
-    fields: &[&str],
+    index: fn(&str) -> Option<usize>,
     field: impl Fn(&mut T, usize, &mut Cursor<'a>) -> Option<()>,
 ) -> Option<T> {
     if !c.eat(b'{') {
@@ -137,7 +182,7 @@ fn read_object<'a, T: Default>(
     }
     loop {
         let key = c.key()?;
-        match fields.iter().position(|&f| f == key) {
+        match index(key) {
             Some(i) => {
                 if seen & (1 << i) != 0 {
                     return None;
@@ -166,6 +211,17 @@ mod tests {
         assert_eq!(serde_fields::<Sysinfo>(), SYSINFO_FIELDS);
         assert_eq!(serde_fields::<Nic>(), NIC_FIELDS);
         assert_eq!(serde_fields::<VirtualNic>(), VIRTUAL_NIC_FIELDS);
+        for (fields, index) in [
+            (&SYSINFO_FIELDS[..], sysinfo_index as fn(&str) -> Option<usize>),
+            (&NIC_FIELDS, nic_index),
+            (&VIRTUAL_NIC_FIELDS, virtual_nic_index),
+        ] {
+            for (i, field) in fields.iter().enumerate() {
+                assert_eq!(index(field), Some(i));
+                assert_eq!(index(&field[1..]), None);
+                assert_eq!(index(&format!("{field} ")), None);
+            }
+        }
     }
 
     /// Each field lands where serde puts it, and whatever the fast reader gives up on reads
