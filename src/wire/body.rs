@@ -597,9 +597,9 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
     let (mut raws, mut servers) = (Vec::new(), Vec::new());
     loop {
         let start = c.pos;
-        let mut attempt = Cursor { text: c.text, pos: start, vm_keys: std::mem::take(&mut c.vm_keys) };
+        let mut attempt = Cursor { text: c.text, pos: start, vm_shape: std::mem::take(&mut c.vm_shape) };
         let next = next_server(&mut attempt, servers.is_empty());
-        c.vm_keys = attempt.vm_keys;
+        c.vm_shape = attempt.vm_shape;
         match next {
             Some(Some((server, raw))) => {
                 servers.push(server);

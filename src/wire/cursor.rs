@@ -8,7 +8,7 @@
 
 use serde::Deserialize;
 
-use super::vms::VmKeys;
+use super::vms::VmShape;
 use crate::js::Js;
 use crate::model::UuidRef;
 
@@ -19,8 +19,46 @@ use crate::model::UuidRef;
 pub(super) struct Cursor<'a> {
     pub text: &'a str,
     pub pos: usize,
-    /// The keys of the last VM read, which the next VM most likely has too.
-    pub vm_keys: VmKeys,
+    /// The shape of the last VM read, which the next VM most likely has too.
+    pub vm_shape: VmShape,
+}
+
+/// The text of `text` between `start` and `end`, which the caller found next to ASCII
+/// bytes (a quote, a colon): both are then char boundaries.
+#[inline(always)]
+pub fn text_between(text: &str, start: usize, end: usize) -> Option<&str> {
+    let bytes = text.as_bytes().get(start..end)?;
+    debug_assert!(text.is_char_boundary(start) && text.is_char_boundary(end));
+    // SAFETY: `text` is UTF-8 and both ends are next to ASCII bytes, so at boundaries.
+    Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+}
+
+/// [`Cursor::small_uint`] at `at`: the number and the position after it.
+#[inline(always)]
+pub fn small_uint_at(bytes: &[u8], at: usize) -> Option<(f64, usize)> {
+    let mut value = 0u64;
+    let mut end = at;
+    while let Some(&d) = bytes.get(end) {
+        let digit = d.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value * 10 + u64::from(digit);
+        end += 1;
+        if end - at > 15 {
+            return None;
+        }
+    }
+    let digits = end - at;
+    if digits == 0 || (digits > 1 && bytes[at] == b'0') {
+        return None;
+    }
+    // What follows must end the number: no fraction, exponent or other character.
+    match bytes.get(end) {
+        None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
+        Some(_) => return None,
+    }
+    Some((value as f64, end))
 }
 
 impl<'a> Cursor<'a> {
@@ -29,7 +67,7 @@ impl<'a> Cursor<'a> {
     }
 
     pub fn at(text: &'a str, pos: usize) -> Cursor<'a> {
-        Cursor { text, pos, vm_keys: VmKeys::default() }
+        Cursor { text, pos, vm_shape: VmShape::default() }
     }
 
     /// Skips whitespace; the next byte. Bodies as CNAPI sends them have no whitespace
@@ -70,10 +108,7 @@ impl<'a> Cursor<'a> {
     /// quote, a colon): both are then char boundaries of the body.
     #[inline(always)]
     pub fn str_between(&self, start: usize, end: usize) -> Option<&'a str> {
-        let bytes = self.text.as_bytes().get(start..end)?;
-        debug_assert!(self.text.is_char_boundary(start) && self.text.is_char_boundary(end));
-        // SAFETY: `text` is UTF-8 and both ends are next to ASCII bytes, so at boundaries.
-        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+        text_between(self.text, start, end)
     }
 
     /// A string without escapes at the cursor (no whitespace before it): where its text
@@ -145,31 +180,9 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     pub fn small_uint(&mut self) -> Option<f64> {
         self.peek();
-        let bytes = self.text.as_bytes();
-        let mut value = 0u64;
-        let mut end = self.pos;
-        while let Some(&d) = bytes.get(end) {
-            let digit = d.wrapping_sub(b'0');
-            if digit > 9 {
-                break;
-            }
-            value = value * 10 + u64::from(digit);
-            end += 1;
-            if end - self.pos > 15 {
-                return None;
-            }
-        }
-        let digits = end - self.pos;
-        if digits == 0 || (digits > 1 && bytes[self.pos] == b'0') {
-            return None;
-        }
-        // What follows must end the number: no fraction, exponent or other character.
-        match bytes.get(end) {
-            None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
-            Some(_) => return None,
-        }
+        let (value, end) = small_uint_at(self.text.as_bytes(), self.pos)?;
         self.pos = end;
-        Some(value as f64)
+        Some(value)
     }
 
     /// A value as [`Js`]: `true`, `false`, `null`, plain strings and small whole numbers

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use serde::de::{value::MapAccessDeserializer, value::SeqAccessDeserializer, Deserialize, Deserializer};
 use serde::de::{MapAccess, SeqAccess, Visitor};
 
-use super::cursor::Cursor;
+use super::cursor::{small_uint_at, text_between, Cursor};
 use crate::fxhash::FxBuild;
 use crate::js::Js;
 use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, UuidRef, VmEntry, VmMap};
@@ -367,65 +367,171 @@ fn vm_field(key: &[u8]) -> Option<u32> {
     })
 }
 
-/// The keys of the last VM read, in order, as compact JSON text (`"uuid":`).
-///
-/// The VMs of a body nearly always have the same keys in the same order, so the reader
-/// first compares the bytes at each key with the key in that place in the last VM (three
-/// masked word compares) and only looks for the key's end and matches it when they differ.
-/// It is only ever a guess: a key is taken only when its bytes are exactly the guessed
-/// ones, so what is read does not depend on it.
-#[derive(Default)]
-pub(super) struct VmKeys {
-    keys: Vec<ExpectedKey>,
+/// How a VM value is read: a uuid (36 bytes, then the closing quote), a string without
+/// escapes (to its closing quote), or a small whole number.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Uuid,
+    Str,
+    Num,
 }
 
-/// One key's text (`"name":`, at most [`ExpectedKey::MAX`] bytes) as words and masks, and
-/// the field it names ([`vm_field`]; `None`: a field the reader skips).
+/// The kind of a known field's value in a plain VM (`None`: the field has no place in one).
+fn field_kind(field: u32) -> Option<Kind> {
+    match field {
+        0 | 1 => Some(Kind::Uuid),
+        2 | 3 | 7 => Some(Kind::Str),
+        4..=6 => Some(Kind::Num),
+        _ => None,
+    }
+}
+
+/// The shape of the last VM read: the text between one value and the next (`","brand":"`:
+/// the end of a value, the key, the start of the next value), field by field.
+///
+/// The VMs of a body nearly always have the same fields in the same order, written the
+/// same way, so the reader first compares the bytes after each value with the separator in
+/// that place in the last VM (four masked word compares) and then reads the value it leads
+/// to; only where they differ does it look for the key's end, match the key, and learn the
+/// rest of the shape from this VM. It is only ever a guess: a separator is taken only when
+/// the bytes are exactly the same, so what is read does not depend on it.
+#[derive(Default)]
+pub(super) struct VmShape {
+    separators: Vec<Separator>,
+}
+
+/// One separator's text (at most [`Separator::MAX`] bytes) as words and masks, the field
+/// whose value it leads to ([`vm_field`]; `None`: a field the reader steps over) and how
+/// that value is read.
 #[derive(Clone, Copy)]
-struct ExpectedKey {
-    words: [u64; 3],
-    masks: [u64; 3],
+struct Separator {
+    words: [u64; 4],
+    masks: [u64; 4],
     len: usize,
     field: Option<u32>,
+    kind: Kind,
 }
 
-impl ExpectedKey {
-    const MAX: usize = 24;
+impl Separator {
+    const MAX: usize = 32;
 
-    fn new(text: &[u8], field: Option<u32>) -> Option<ExpectedKey> {
-        if text.len() > ExpectedKey::MAX {
+    fn new(text: &[u8], field: Option<u32>, kind: Kind) -> Option<Separator> {
+        if text.len() > Separator::MAX {
             return None;
         }
-        let mut padded = [0u8; ExpectedKey::MAX];
+        let mut padded = [0u8; Separator::MAX];
         padded[..text.len()].copy_from_slice(text);
-        let mut mask = [0u8; ExpectedKey::MAX];
+        let mut mask = [0u8; Separator::MAX];
         mask[..text.len()].fill(0xff);
-        Some(ExpectedKey { words: words(&padded), masks: words(&mask), len: text.len(), field })
+        Some(Separator { words: words(&padded), masks: words(&mask), len: text.len(), field, kind })
     }
 
-    /// Whether the key at `at` is this one.
+    /// Whether this separator's text is at `at`.
     #[inline(always)]
     fn is_at(&self, bytes: &[u8], at: usize) -> bool {
-        match bytes.get(at..at + ExpectedKey::MAX).and_then(|w| <&[u8; ExpectedKey::MAX]>::try_from(w).ok()) {
+        match bytes.get(at..at + Separator::MAX).and_then(|w| <&[u8; Separator::MAX]>::try_from(w).ok()) {
             Some(window) => {
                 let w = words(window);
                 let differ = |i: usize| (w[i] ^ self.words[i]) & self.masks[i];
-                differ(0) | differ(1) | differ(2) == 0
+                differ(0) | differ(1) | differ(2) | differ(3) == 0
             }
-            // The last bytes of the body: no VM key ends there.
+            // The last bytes of the body: read the ordinary way.
             None => false,
         }
     }
 }
 
 #[inline(always)]
-fn words(b: &[u8; ExpectedKey::MAX]) -> [u64; 3] {
+fn words(b: &[u8; Separator::MAX]) -> [u64; 4] {
     let word = |i: usize| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&b[8 * i..8 * i + 8]);
         u64::from_le_bytes(w)
     };
-    [word(0), word(1), word(2)]
+    [word(0), word(1), word(2), word(3)]
+}
+
+/// A VM's fields as read so far.
+struct Fields<'a> {
+    uuid: Option<UuidRef<'a>>,
+    owner_uuid: Option<UuidRef<'a>>,
+    brand: Option<&'a str>,
+    state: Option<&'a str>,
+    alias: Option<&'a str>,
+    ram: f64,
+    quota: f64,
+    cap: f64,
+    /// The known fields read, by their bit.
+    seen: u16,
+}
+
+impl<'a> Fields<'a> {
+    fn new() -> Fields<'a> {
+        Fields {
+            uuid: None,
+            owner_uuid: None,
+            brand: None,
+            state: None,
+            alias: None,
+            ram: f64::NAN,
+            quota: f64::NAN,
+            cap: f64::NAN,
+            seen: 0,
+        }
+    }
+
+    /// Reads the value of `field` (or steps over an unknown field's) as `kind`, its text
+    /// starting at `at` (a string's after its opening quote): the position after it, or
+    /// `None` when it is not a value of that kind, or the field was read before (serde's
+    /// error).
+    #[inline(always)]
+    fn read(&mut self, text: &'a str, at: usize, field: Option<u32>, kind: Kind) -> Option<usize> {
+        let bytes = text.as_bytes();
+        let end = match kind {
+            Kind::Uuid => {
+                if bytes.get(at + 36) != Some(&b'"') {
+                    return None;
+                }
+                let uuid = Some(UuidRef::from_bytes(bytes.get(at..at + 36)?)?);
+                match field {
+                    Some(0) => self.uuid = uuid,
+                    _ => self.owner_uuid = uuid,
+                }
+                at + 37
+            }
+            Kind::Str => {
+                let end = crate::scan::string_end(bytes, at)?;
+                if bytes.get(end) != Some(&b'"') {
+                    return None;
+                }
+                let value = Some(text_between(text, at, end)?);
+                match field {
+                    Some(2) => self.brand = value,
+                    Some(3) => self.state = value,
+                    Some(7) => self.alias = value,
+                    _ => {}
+                }
+                end + 1
+            }
+            Kind::Num => {
+                let (n, end) = small_uint_at(bytes, at)?;
+                match field {
+                    Some(4) => self.ram = n,
+                    Some(5) => self.quota = n,
+                    Some(6) => self.cap = n,
+                    _ => {}
+                }
+                end
+            }
+        };
+        if let Some(i) = field {
+            if self.seen & (1 << i) != 0 {
+                return None;
+            }
+            self.seen |= 1 << i;
+        }
+        Some(end)
+    }
 }
 
 /// A plain VM: strings without escapes, small whole numbers, values that pass the
@@ -433,86 +539,88 @@ fn words(b: &[u8; ExpectedKey::MAX]) -> [u64; 3] {
 /// serde_json reports) gives up, and serde_json reads the VM.
 #[inline(never)]
 fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
+    let (text, bytes) = (c.text, c.text.as_bytes());
+    let mut vm = Fields::new();
     // Past the `{` the caller saw; `{}` gives up below (a plain VM has an owner).
-    c.pos += 1;
-    let (mut uuid, mut owner_uuid, mut brand, mut state, mut alias) = (None, None, None, None, None);
-    let (mut ram, mut quota, mut cap) = (f64::NAN, f64::NAN, f64::NAN);
-    let mut seen = 0u16;
-    // The place in the last VM's keys; once a key differs, this VM's keys from there on
-    // replace the rest of them.
+    let mut pos = c.pos + 1;
+    // The last VM's separators as long as they are there.
     let mut place = 0;
-    loop {
-        c.skip_ws();
-        let field = match c.vm_keys.keys.get(place) {
-            Some(expected) if expected.is_at(c.text.as_bytes(), c.pos) => {
-                c.pos += expected.len;
-                expected.field
-            }
-            _ => {
-                c.vm_keys.keys.truncate(place);
-                let (key_start, key_end) = c.plain_span()?;
-                let compact = c.byte_at(c.pos) == b':';
-                c.skip_ws();
-                if c.byte_at(c.pos) != b':' {
-                    return None;
-                }
-                c.pos += 1;
-                let field = vm_field(c.text.as_bytes().get(key_start..key_end)?);
-                let text = c.text.as_bytes().get(key_start - 1..key_end + 2)?;
-                if let Some(key) = ExpectedKey::new(text, field).filter(|_| compact && c.vm_keys.keys.len() == place) {
-                    c.vm_keys.keys.push(key);
-                }
-                field
-            }
-        };
-        place += 1;
-        c.skip_ws();
-        match field {
-            Some(i) => {
-                if seen & (1 << i) != 0 {
-                    return None;
-                }
-                seen |= 1 << i;
-                match i {
-                    0 => uuid = Some(c.uuid()?),
-                    1 => owner_uuid = Some(c.uuid()?),
-                    2 => brand = Some(c.plain_str()?),
-                    3 => state = Some(c.plain_str()?),
-                    4 => ram = c.small_uint()?,
-                    5 => quota = c.small_uint()?,
-                    6 => cap = c.small_uint()?,
-                    7 => alias = Some(c.plain_str()?),
-                    // tags, internal_metadata, docker: not a plain VM.
-                    _ => return None,
-                }
-            }
-            None => {
-                if c.plain_span().is_none() {
-                    c.skip().ok()?;
-                }
-            }
+    while let Some(separator) = c.vm_shape.separators.get(place) {
+        if !separator.is_at(bytes, pos) {
+            break;
         }
+        match vm.read(text, pos + separator.len, separator.field, separator.kind) {
+            Some(end) => pos = end,
+            // A field the reader steps over, holding another kind of value: read below.
+            None if separator.field.is_none() => break,
+            None => return None,
+        }
+        place += 1;
+    }
+    // The rest field by field, its shape learned.
+    c.vm_shape.separators.truncate(place);
+    let mut learning = true;
+    c.pos = pos;
+    loop {
+        let value_end = c.pos;
         c.skip_ws();
         match c.byte_at(c.pos) {
-            b',' => c.pos += 1,
-            b'}' => {
-                c.pos += 1;
-                break;
-            }
+            b'}' => break,
+            b',' if place > 0 => c.pos += 1,
+            b'"' if place == 0 => {}
             _ => return None,
         }
+        c.skip_ws();
+        let (key_start, key_end) = c.plain_span()?;
+        c.skip_ws();
+        if c.byte_at(c.pos) != b':' {
+            return None;
+        }
+        c.pos += 1;
+        c.skip_ws();
+        let field = vm_field(bytes.get(key_start..key_end)?);
+        let value_start = c.pos;
+        let kind = match field {
+            Some(i) => {
+                let kind = field_kind(i)?;
+                let quoted = usize::from(kind != Kind::Num);
+                if quoted == 1 && c.byte_at(value_start) != b'"' {
+                    return None;
+                }
+                c.pos = vm.read(text, value_start + quoted, field, kind)?;
+                Some(kind)
+            }
+            None if c.plain_span().is_some() => Some(Kind::Str),
+            None if c.small_uint().is_some() => Some(Kind::Num),
+            None => {
+                c.skip().ok()?;
+                None
+            }
+        };
+        if learning {
+            learning = match kind {
+                Some(kind) => {
+                    let quoted = usize::from(kind != Kind::Num);
+                    let separator = bytes.get(value_end..value_start + quoted)?;
+                    Separator::new(separator, field, kind).map(|s| c.vm_shape.separators.push(s)).is_some()
+                }
+                None => false,
+            };
+        }
+        place += 1;
     }
+    c.pos += 1;
     // Required: owner_uuid, state, max_physical_memory (a missing one is NaN, which
     // `PlainVm::new` refuses with the schema).
     PlainVm::new(PlainFields {
-        uuid,
-        owner_uuid: owner_uuid?,
-        brand,
-        state: state?,
-        alias,
-        max_physical_memory_mib: ram,
-        quota_gib: quota,
-        cpu_cap_pct: cap,
+        uuid: vm.uuid,
+        owner_uuid: vm.owner_uuid?,
+        brand: vm.brand,
+        state: vm.state?,
+        alias: vm.alias,
+        max_physical_memory_mib: vm.ram,
+        quota_gib: vm.quota,
+        cpu_cap_pct: vm.cap,
     })
     .map(ServerVm::Plain)
 }
