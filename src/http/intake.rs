@@ -211,7 +211,7 @@ async fn read_body(
 
 /// A request body as handed to the work: whole, or (big allocations) still arriving.
 pub enum Received {
-    Whole(Vec<u8>),
+    Whole(crate::wire::pages::Body),
     Arriving(Arc<Arriving>),
 }
 
@@ -346,6 +346,7 @@ pub(super) async fn run_limited<T: Send + 'static>(
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
                 let reply = Reply { tx, core: Some(core), cores, permit };
+                let bytes = crate::wire::pages::Body::new(bytes);
                 tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
             }
         };

@@ -102,7 +102,7 @@ impl Watch {
             return;
         }
         let body = match received {
-            Received::Whole(bytes) => bytes,
+            Received::Whole(bytes) => bytes.into_vec(),
             Received::Arriving(body) => match body.complete() {
                 Some(bytes) => bytes.to_vec(),
                 None => return,

@@ -105,7 +105,7 @@ impl Drop for Arriving {
         // SAFETY: the buffer is the `Vec` taken apart in `new`, with its pointer and
         // capacity (its length, 0, only tells the `Vec` there is nothing to drop); nobody
         // borrows it any more (borrows are tied to `&self`).
-        drop(unsafe { Vec::from_raw_parts(self.start.as_ptr(), 0, self.allocated) });
+        super::pages::recycle(unsafe { Vec::from_raw_parts(self.start.as_ptr(), 0, self.allocated) });
     }
 }
 

@@ -6,17 +6,124 @@
 //! cost more than reading the body (22 ms to read a 50 MB file into fresh pages, 6 ms into
 //! huge ones). Asking for transparent huge pages (`MADV_HUGEPAGE`; the usual
 //! `transparent_hugepage=madvise` setting gives them only to those who ask) makes it a few
-//! dozen faults. The buffer is freed as any other, so the memory goes back after the request.
+//! dozen faults. A big buffer given back ([`recycle`]) is kept for the next big body for a
+//! short while ([`KEEP`]): its pages are then in place already, and none of that is done
+//! again. After that it is freed, so the memory goes back soon after a burst.
 
 use std::io::Read;
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Bodies smaller than this stay on ordinary pages: a huge page would be mostly empty.
 const HUGE_FROM: usize = 2 << 20;
 const HUGE_PAGE: usize = 2 << 20;
 
+/// How long a big buffer given back waits for the next big body before it is freed.
+pub const KEEP: Duration = Duration::from_secs(2);
+
+/// The big buffer given back last, and when; a thread of its own frees it once it has
+/// waited [`KEEP`].
+struct Spare {
+    buffer: Mutex<Option<(Vec<u8>, Instant)>>,
+    given_back: Condvar,
+    /// Whether the freeing thread runs (if it could not start, nothing is kept).
+    keeps: OnceLock<bool>,
+}
+
+impl Spare {
+    const fn new() -> Spare {
+        Spare { buffer: Mutex::new(None), given_back: Condvar::new(), keeps: OnceLock::new() }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Option<(Vec<u8>, Instant)>> {
+        self.buffer.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn give_back(&'static self, mut buffer: Vec<u8>) {
+        if buffer.capacity() < HUGE_FROM || !*self.keeps.get_or_init(|| self.start()) {
+            return;
+        }
+        buffer.clear();
+        let older = self.held().replace((buffer, Instant::now()));
+        self.given_back.notify_one();
+        drop(older);
+    }
+
+    /// The buffer, if it can hold `capacity` bytes without holding much more.
+    fn take(&self, capacity: usize) -> Option<Vec<u8>> {
+        let mut held = self.held();
+        let fits = held.as_ref().is_some_and(|(b, _)| b.capacity() >= capacity && b.capacity() <= 2 * capacity);
+        fits.then(|| held.take().map(|(b, _)| b)).flatten()
+    }
+
+    fn start(&'static self) -> bool {
+        let free_when_old = move || {
+            let mut held = self.held();
+            loop {
+                held = match *held {
+                    None => self.given_back.wait(held).unwrap_or_else(|e| e.into_inner()),
+                    Some((_, since)) if since.elapsed() >= KEEP => {
+                        let expired = held.take();
+                        drop(held);
+                        drop(expired);
+                        self.held()
+                    }
+                    Some((_, since)) => {
+                        let left = KEEP.saturating_sub(since.elapsed());
+                        self.given_back.wait_timeout(held, left).unwrap_or_else(|e| e.into_inner()).0
+                    }
+                };
+            }
+        };
+        std::thread::Builder::new().name("dapi-spare-buffer".into()).spawn(free_when_old).is_ok()
+    }
+}
+
+static SPARE: Spare = Spare::new();
+
+/// Gives a body buffer back once its request is done: a big one is kept for the next big
+/// body (for [`KEEP`]), anything else freed.
+pub fn recycle(buffer: Vec<u8>) {
+    SPARE.give_back(buffer);
+}
+
+/// A whole body's bytes in a [`body_buffer`], given back ([`recycle`]) when dropped.
+#[derive(Default)]
+pub struct Body(Vec<u8>);
+
+impl Body {
+    pub fn new(bytes: Vec<u8>) -> Body {
+        Body(bytes)
+    }
+
+    /// The bytes, not to be given back.
+    pub fn into_vec(mut self) -> Vec<u8> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl std::ops::Deref for Body {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        recycle(std::mem::take(&mut self.0));
+    }
+}
+
 /// An empty buffer with room for `capacity` bytes, its whole 2 MiB pages advised as huge
-/// pages before anything is written to them.
+/// pages before anything is written to them (or the spare one, whose pages are in place).
 pub fn body_buffer(capacity: usize) -> Vec<u8> {
+    if capacity >= HUGE_FROM {
+        if let Some(buffer) = SPARE.take(capacity) {
+            return buffer;
+        }
+    }
     let buf = Vec::with_capacity(capacity);
     if capacity >= HUGE_FROM {
         advise_huge(buf.as_ptr() as usize, capacity);
@@ -111,6 +218,29 @@ mod tests {
         }
         assert!(body_buffer(3 << 20).capacity() >= 3 << 20);
         assert!(body_buffer(0).is_empty());
+    }
+
+    #[test]
+    fn a_big_buffer_given_back_serves_the_next_big_body_then_is_freed() {
+        // A spare of the test's own (the process's one serves the other tests meanwhile).
+        let spare: &'static Spare = Box::leak(Box::new(Spare::new()));
+        let mut first = body_buffer(8 << 20);
+        first.extend_from_slice(&[7; 100]);
+        let at = first.as_ptr();
+        spare.give_back(first);
+        // Not for a body that would leave most of it empty, nor one it cannot hold.
+        assert!(spare.take(3 << 20).is_none());
+        assert!(spare.take(9 << 20).is_none());
+        let again = spare.take(6 << 20).expect("the spare buffer");
+        assert_eq!(again.as_ptr(), at);
+        assert!(again.is_empty() && again.capacity() >= 8 << 20);
+        spare.give_back(again);
+        assert!(spare.held().is_some());
+        std::thread::sleep(KEEP + Duration::from_millis(500));
+        assert!(spare.held().is_none(), "freed after KEEP");
+        // Small buffers are not kept.
+        spare.give_back(Vec::with_capacity(1 << 20));
+        assert!(spare.held().is_none());
     }
 
     #[test]
