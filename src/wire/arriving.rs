@@ -91,6 +91,11 @@ impl Arriving {
         }
     }
 
+    /// Whether all of the body is in (without waiting).
+    pub fn is_complete(&self) -> bool {
+        self.lock().ended == Some(true)
+    }
+
     /// Waits for the whole body; `None` if it will never complete.
     pub fn complete(&self) -> Option<&[u8]> {
         match self.wait_beyond(usize::MAX) {

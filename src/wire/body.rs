@@ -80,8 +80,9 @@ fn parse_servers<'a>(
 type Walked<'a> = (TopLevel<'a>, Option<ServersMember<'a>>);
 
 /// Servers arrays from this many bytes are read by two threads (where there are two
-/// cores): below, starting a thread costs more than half the reading saves.
-const SPLIT_FROM: usize = 4 << 20;
+/// cores): below, starting a thread costs more than half the reading saves. The unit
+/// tests split from 4 KiB, so that every reader test with a bigger body reads it in two.
+const SPLIT_FROM: usize = if cfg!(test) { 4 << 10 } else { 4 << 20 };
 
 /// Servers read ahead by the second thread, and where its reading stopped (after its last
 /// server).
@@ -182,12 +183,18 @@ impl<'a> Cursor<'a> {
     /// where there are two cores: see [`read_ahead`].
     fn servers(&mut self) -> serde_json::Result<ServersMember<'a>> {
         self.expect(b'[')?;
-        let Some(split) = self.split_point() else { return self.servers_read(None) };
+        self.servers_after(Vec::new(), Vec::new())
+    }
+
+    /// The rest of the servers array, after the servers read already (the cursor after the
+    /// last of them).
+    fn servers_after(&mut self, raws: Vec<&'a str>, servers: Vec<Server<'a>>) -> serde_json::Result<ServersMember<'a>> {
+        let Some(split) = self.split_point() else { return self.servers_read(raws, servers, None) };
         let stop = AtomicBool::new(false);
         let text = self.text;
         std::thread::scope(|scope| {
             let ahead = scope.spawn(|| read_ahead(text, split, &stop));
-            let read = self.servers_read(Some((split, ahead, &stop)));
+            let read = self.servers_read(raws, servers, Some((split, ahead, &stop)));
             stop.store(true, Ordering::Relaxed);
             read
         })
@@ -210,9 +217,14 @@ impl<'a> Cursor<'a> {
     /// The servers array's elements from the cursor on; `ahead`, the other thread reading
     /// from `split` on, whose servers are taken when this reading reaches `split` exactly
     /// (then `split` starts an element, so they are what this thread would have read).
-    fn servers_read(&mut self, mut ahead: Option<ReadAhead<'_, 'a>>) -> serde_json::Result<ServersMember<'a>> {
-        let (mut raws, mut servers, mut errors) = (Vec::new(), Vec::new(), Vec::new());
-        let mut i = 0;
+    fn servers_read(
+        &mut self,
+        mut raws: Vec<&'a str>,
+        mut servers: Vec<Server<'a>>,
+        mut ahead: Option<ReadAhead<'_, 'a>>,
+    ) -> serde_json::Result<ServersMember<'a>> {
+        let mut errors = Vec::new();
+        let mut i = servers.len();
         while !self.eat(b']') {
             if i > 0 {
                 self.expect(b',')?;
@@ -528,6 +540,8 @@ struct ArrivingText<'a> {
     valid: usize,
     /// Whether some text was given already (a call that adds nothing to it gives `None`).
     given: bool,
+    /// Whether the text given last is the whole body.
+    complete: bool,
 }
 
 impl<'a> ArrivingText<'a> {
@@ -544,6 +558,8 @@ impl<'a> ArrivingText<'a> {
             }
         }
         let before = self.valid;
+        // Asked before the bytes are taken: if it was complete then, they are all of it.
+        let complete = self.body.is_complete();
         let bytes = self.body.received();
         match crate::scan::utf8(&bytes[self.valid..]) {
             Ok(_) => self.valid = bytes.len(),
@@ -555,6 +571,7 @@ impl<'a> ArrivingText<'a> {
             return None;
         }
         self.given = true;
+        self.complete = complete && self.valid == bytes.len();
         // SAFETY: `bytes[..valid]` was checked as UTF-8 piece by piece, each piece ending on
         // a character boundary, and those bytes never change.
         Some(unsafe { std::str::from_utf8_unchecked(&bytes[..self.valid]) })
@@ -579,7 +596,7 @@ fn next_server<'a>(c: &mut Cursor<'a>, first: bool) -> Option<Option<(Server<'a>
 /// Walks an arriving body whose first member is `servers`, reading each server as soon as
 /// its bytes are in; `None` for anything else (the caller then reads the whole body).
 fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
-    let mut text = ArrivingText { body, valid: 0, given: false };
+    let mut text = ArrivingText { body, valid: 0, given: false, complete: false };
     let mut c = Cursor::new(text.grow(1)?);
     // `{"servers": [`, usually in the first frame.
     loop {
@@ -605,6 +622,19 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
                 servers.push(server);
                 raws.push(raw);
                 c.pos = attempt.pos;
+                // All of it is here: the rest is read as a whole body's servers are (by two
+                // threads, when it is big).
+                if !text.complete && body.is_complete() {
+                    c.text = text.grow(usize::MAX)?;
+                }
+                if text.complete && c.split_point().is_some() {
+                    return match c.servers_after(raws, servers) {
+                        Ok(servers @ ServersMember::Array(Ok(_))) => {
+                            c.allocate_body_members(TopLevel::new(), Some(servers), false).ok()
+                        }
+                        _ => None,
+                    };
+                }
             }
             Some(None) => {
                 c.pos = attempt.pos;
