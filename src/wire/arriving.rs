@@ -91,6 +91,11 @@ impl Arriving {
         }
     }
 
+    /// The body's declared length.
+    pub fn declared_len(&self) -> usize {
+        self.capacity
+    }
+
     /// Whether all of the body is in (without waiting).
     pub fn is_complete(&self) -> bool {
         self.lock().ended == Some(true)
