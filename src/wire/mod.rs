@@ -10,13 +10,17 @@
 //!   [`sysinfo`] and [`vms`]): walk the bytes once, read ordinary servers and VMs (strings
 //!   without escapes, small whole numbers, known fields) straight into their compact forms
 //!   borrowing from the body, and give up on anything unusual; the plain reader then reads
-//!   that value again.
+//!   that value again. A VM is first read as the last VM's shape ([`vms`]'s separators: the
+//!   text between its values, compared as words), field by field where it differs. A big
+//!   servers array (4 MiB or more, on two cores) is read by two threads, the second from a
+//!   server halfway, whose servers count only if the first thread arrives exactly there.
 //!   `/capacity` bodies take the same walk; anything it does not take is read by the plain
 //!   reader ([`parse_capacity_plain`]), which words the error.
 //! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more is parsed while the
-//!   client is still sending it; each server is read as soon as its bytes are in. Anything
-//!   unusual (`servers` not first, a bad server, bad JSON) waits for the whole body and reads
-//!   it the ordinary way.
+//!   client is still sending it; each server is read as soon as its bytes are in, and once
+//!   all of it is in, the rest as a whole body's (by two threads). Anything unusual
+//!   (`servers` not first, a bad server, bad JSON) waits for the whole body and reads it the
+//!   ordinary way.
 //!
 //! A server's schema verdict is worked out while it is read (its data is in cache then).
 //!
