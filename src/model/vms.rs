@@ -465,9 +465,12 @@ pub struct VmSummary {
 
 /// The two filter bits of an owner string (any fixed function would do; the first four
 /// characters of a uuid are spread enough).
+#[inline]
 pub fn owner_bits(owner: &str) -> (u8, u8) {
-    let b = owner.as_bytes();
-    let nib = |i: usize| b.get(i).map_or(0, |&c| (c & 0x0f) + 9 * (c >> 6));
+    let mut b = [0u8; 4];
+    let n = owner.len().min(4);
+    b[..n].copy_from_slice(&owner.as_bytes()[..n]);
+    let nib = |i: usize| (b[i] & 0x0f) + 9 * (b[i] >> 6);
     (nib(0) << 4 | (nib(1) & 0x0f), nib(2) << 4 | (nib(3) & 0x0f))
 }
 
@@ -495,7 +498,15 @@ impl VmSummary {
             // Read straight from the compact form: this runs for every VM of a request.
             ServerVm::Plain(p) => {
                 let cap = p.cpu_cap_pct.whole().filter(|&c| c != 0).map(Some);
-                (vm.load(), cap, p.max_physical_memory_mib.whole(), p.owner_uuid.map(UuidRef::as_str))
+                let load = VmLoad {
+                    failed: p.state == Some(VmState::Failed),
+                    // Not read below for a plain VM (`cap` and `ram` are).
+                    cpu_cap: None,
+                    ram_mib: 0.0,
+                    hvm: matches!(p.brand, Some(Brand::Kvm | Brand::Bhyve)),
+                    kvm: p.brand == Some(Brand::Kvm),
+                };
+                (load, cap, p.max_physical_memory_mib.whole(), p.owner_uuid.map(UuidRef::as_str))
             }
             ServerVm::Full(_) => {
                 let load = vm.load();
