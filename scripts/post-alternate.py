@@ -3,7 +3,7 @@
 python3 scripts/post-alternate.py BODY ROUNDS BIN... (config: $POST_CONFIG, default
 ../shared/bench/bench-config.json). Per binary: wall per POST (first byte sent to last byte
 answered), effective throughput (body bytes / wall), server CPU per POST (/proc/PID/stat, 10 ms
-ticks), VmHWM, and VmRSS 5 s after the burst. See BENCHMARKS.md.
+ticks), VmHWM, the peak above the idle RSS (× the body), and VmRSS 5 s after the burst. See BENCHMARKS.md.
 """
 import http.client, os, socket, subprocess, sys, time, statistics as st
 body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -25,6 +25,7 @@ def cpu(pid):
 def hwm(pid, key="VmHWM"):
     for l in open(f"/proc/{pid}/status"):
         if l.startswith(key): return int(l.split()[1]) / 1024
+idle = {b: hwm(proc.pid, "VmRSS") for b, _, proc in servers}
 conns = {b: http.client.HTTPConnection("127.0.0.1", p) for b, p, _ in servers}
 res = {b: ([], []) for b in bins}
 for r in range(rounds + 1):
@@ -43,5 +44,7 @@ for b, p, proc in servers:
     w, c = res[b]
     print(f"{b}: VmRSS 5 s after the burst {hwm(proc.pid, 'VmRSS'):.1f} MiB")
     print(f"{b}: POST wall median {st.median(w):.1f} ms (min {min(w):.1f}), {len(body)/st.median(w)/1e6:.2f} GB/s; server CPU median {st.median(c):.0f} ms (mean {st.mean(c):.0f}); VmHWM {hwm(proc.pid):.1f} MiB")
+    grew = (hwm(proc.pid) - idle[b]) * 2**20
+    print(f"{b}: VmRSS idle before the first POST {idle[b]:.1f} MiB; peak above it {grew/1e6:.1f} MB = {grew/len(body):.2f}x the body")
     proc.terminate()
 print(open("/proc/loadavg").read().strip())

@@ -8,7 +8,8 @@
 //! `transparent_hugepage=madvise` setting gives them only to those who ask) makes it a few
 //! dozen faults. A big buffer given back ([`recycle`]) is kept for the next big body for a
 //! short while ([`KEEP`]): its pages are then in place already, and none of that is done
-//! again. After that it is freed, so the memory goes back soon after a burst.
+//! again. After that it is freed, so the memory goes back soon after a burst; the heap its
+//! request's structures took is handed back as soon as the buffer is.
 
 use std::io::Read;
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -25,6 +26,8 @@ pub const KEEP: Duration = Duration::from_secs(2);
 /// waited [`KEEP`].
 struct Spare {
     buffer: Mutex<Option<(Vec<u8>, Instant)>>,
+    /// A big body's request has just been freed: its heap is to be handed back.
+    trim: std::sync::atomic::AtomicBool,
     given_back: Condvar,
     /// Whether the freeing thread runs (if it could not start, nothing is kept).
     keeps: OnceLock<bool>,
@@ -32,7 +35,12 @@ struct Spare {
 
 impl Spare {
     const fn new() -> Spare {
-        Spare { buffer: Mutex::new(None), given_back: Condvar::new(), keeps: OnceLock::new() }
+        Spare {
+            buffer: Mutex::new(None),
+            trim: std::sync::atomic::AtomicBool::new(false),
+            given_back: Condvar::new(),
+            keeps: OnceLock::new(),
+        }
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Option<(Vec<u8>, Instant)>> {
@@ -44,6 +52,7 @@ impl Spare {
             return;
         }
         buffer.clear();
+        self.trim.store(true, std::sync::atomic::Ordering::Relaxed);
         let older = self.held().replace((buffer, Instant::now()));
         self.given_back.notify_one();
         drop(older);
@@ -60,6 +69,11 @@ impl Spare {
         let free_when_old = move || {
             let mut held = self.held();
             loop {
+                if self.trim.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                    drop(held);
+                    release_freed_heap();
+                    held = self.held();
+                }
                 held = match *held {
                     None => self.given_back.wait(held).unwrap_or_else(|e| e.into_inner()),
                     Some((_, since)) if since.elapsed() >= KEEP => {
@@ -80,6 +94,18 @@ impl Spare {
 }
 
 static SPARE: Spare = Spare::new();
+
+/// Hands the pages of a big request's freed structures back to the kernel now, off the
+/// request's thread. glibc keeps freed memory in the arena of the thread that allocated it;
+/// the next big request, parsed on other threads, would otherwise take fresh pages beside
+/// them (the peak of a burst grew by a request's worth) and some stay after it.
+fn release_freed_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
 
 /// Gives a body buffer back once its request is done: a big one is kept for the next big
 /// body (for [`KEEP`]), anything else freed.
