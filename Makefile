@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench bench-inventory bench-custom bench-owner-filter bench-simulate report-check load soak fuzz docker clean
+.PHONY: help build run test lint conformance openapi bench bench-original bench-inventory bench-custom bench-owner-filter bench-simulate report-check load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -56,6 +56,10 @@ openapi: ## regenerate openapi/openapi.json
 # BENCH_INPUTS=repo leaves $(SHARED)'s inputs out (see benches/allocate.rs).
 bench: ## timings per datacenter size (50 to 10,000 servers; BENCH_SIZES=50,500)
 	BENCH_SHARED=$(abspath $(SHARED)) $(CARGO) bench --bench allocate
+
+bench-original: build ## against the original allocator (ORIGINAL=sdc-designation checkout; ORIGINAL_BODIES=file[:runs] ...)
+	@test -n "$(ORIGINAL)" || { echo "bench-original: set ORIGINAL to a checkout of sdc-designation with its npm dependencies (scripts/vs-original.py)"; exit 1; }
+	ORIGINAL=$(ORIGINAL) python3 scripts/vs-original.py $(SHARED)/bench/bench-config.json $(or $(ORIGINAL_BODIES),$(SHARED)/bench/bench-50.json:20 $(SHARED)/bench/bench-500.json:10)
 
 bench-inventory: ## inventory mode: start-up, allocations/s and p99 with claims (needs PostgreSQL)
 	$(CARGO) test --release --test inventory_bench -- --ignored --nocapture
