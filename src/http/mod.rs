@@ -360,8 +360,7 @@ fn spawn_memory_release() {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
         loop {
             tick.tick().await;
-            // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+            let _ = tokio::task::spawn_blocking(crate::wire::pages::release_freed_heap).await;
         }
     });
 }

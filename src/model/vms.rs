@@ -241,6 +241,19 @@ impl<'a> PlainVm<'a> {
     pub fn uuid(&self) -> Option<&'a str> {
         self.uuid.map(UuidRef::as_str)
     }
+
+    /// What the capacity sums read from the VM ([`ServerVm::load`]).
+    #[inline]
+    fn load(&self) -> VmLoad {
+        let cap = self.cpu_cap_pct.get();
+        VmLoad {
+            failed: self.state == Some(VmState::Failed),
+            cpu_cap: (cap != 0.0 && !cap.is_nan()).then_some(cap),
+            ram_mib: self.max_physical_memory_mib.get(),
+            hvm: matches!(self.brand, Some(Brand::Kvm | Brand::Bhyve)),
+            kvm: self.brand == Some(Brand::Kvm),
+        }
+    }
 }
 
 /// What a missing or non-object VM entry reads as: every field `undefined`.
@@ -282,16 +295,7 @@ impl<'a> ServerVm<'a> {
     /// What the capacity sums read from the VM (as the accessors would give it).
     pub fn load(&self) -> VmLoad {
         match self {
-            ServerVm::Plain(p) => {
-                let cap = p.cpu_cap_pct.get();
-                VmLoad {
-                    failed: p.state == Some(VmState::Failed),
-                    cpu_cap: (cap != 0.0 && !cap.is_nan()).then_some(cap),
-                    ram_mib: p.max_physical_memory_mib.get(),
-                    hvm: matches!(p.brand, Some(Brand::Kvm | Brand::Bhyve)),
-                    kvm: p.brand == Some(Brand::Kvm),
-                }
-            }
+            ServerVm::Plain(p) => p.load(),
             ServerVm::Full(_) => {
                 let cap = self.cpu_cap_pct();
                 let brand = self.brand().as_str();
@@ -498,15 +502,7 @@ impl VmSummary {
             // Read straight from the compact form: this runs for every VM of a request.
             ServerVm::Plain(p) => {
                 let cap = p.cpu_cap_pct.whole().filter(|&c| c != 0).map(Some);
-                let load = VmLoad {
-                    failed: p.state == Some(VmState::Failed),
-                    // Not read below for a plain VM (`cap` and `ram` are).
-                    cpu_cap: None,
-                    ram_mib: 0.0,
-                    hvm: matches!(p.brand, Some(Brand::Kvm | Brand::Bhyve)),
-                    kvm: p.brand == Some(Brand::Kvm),
-                };
-                (load, cap, p.max_physical_memory_mib.whole(), p.owner_uuid.map(UuidRef::as_str))
+                (p.load(), cap, p.max_physical_memory_mib.whole(), p.owner_uuid.map(UuidRef::as_str))
             }
             ServerVm::Full(_) => {
                 let load = vm.load();
