@@ -13,7 +13,7 @@ use rand::rngs::StdRng;
 
 use super::defaults::Defaults;
 use super::reasons::{KeyTable, ServerKey};
-use super::vm_index::VmIndex;
+use super::vm_index::{VmIndex, VmLookup};
 use crate::js::Js;
 use crate::model::{Image, Package, RawParams, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 
@@ -608,9 +608,9 @@ impl<'r> Request<'r> {
 
     /// The request's VMs, indexed for affinity and volumes-from look-ups (built on first use,
     /// from the VMs sent inline: ticketed VMs are not visible to look-ups).
-    pub fn vm_index(&self) -> &VmIndex {
+    pub fn vm_index(&self) -> VmLookup<'_, 'r> {
         let index = self.shared.map_or(&self.vm_index, |s| &s.vm_index);
-        index.get_or_init(|| VmIndex::build(self.servers))
+        index.get_or_init(|| VmIndex::build(self.servers)).on(self.servers)
     }
 
     /// The server's unreserved resources as `Js` numbers (`undefined` before they are

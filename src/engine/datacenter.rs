@@ -258,11 +258,10 @@ impl<'a> Datacenter<'a> {
         add_bytes(&mut server.disk_kvm_zvol_volsize_bytes, vm.zvol_bytes);
         let json = (!self.raw_servers.is_empty()).then(|| vm.to_json());
         let ProvisionedVm { uuid, vm: fields, quota_bytes, zvol_bytes } = vm;
-        let listed = ServerVm::from(fields);
+        server.add_new_vm(Cow::Owned(uuid.clone()), ServerVm::from(fields));
         if let Some(index) = self.lookups.vm_index.get_mut() {
-            index.insert(id, &server.uuid, &uuid, &listed);
+            index.insert(&self.servers, id);
         }
-        server.add_new_vm(Cow::Owned(uuid.clone()), listed);
         if let Some(json) = json {
             self.rewrite_json(id, &uuid, Some(json));
         }
@@ -283,13 +282,13 @@ impl<'a> Datacenter<'a> {
                 Added { server: id, quota_bytes, zvol_bytes: 0.0 }
             }
         };
+        if let Some(index) = self.lookups.vm_index.get_mut() {
+            index.remove(&self.servers, added.server, uuid);
+        }
         let server = &mut self.servers[added.server];
         server.remove_vm(uuid)?;
         add_bytes(&mut server.disk_zone_quota_bytes, -added.quota_bytes);
         add_bytes(&mut server.disk_kvm_zvol_volsize_bytes, -added.zvol_bytes);
-        if let Some(index) = self.lookups.vm_index.get_mut() {
-            index.remove(added.server, uuid);
-        }
         if !self.raw_servers.is_empty() {
             self.rewrite_json(added.server, uuid, None);
         }

@@ -317,7 +317,7 @@ async fn servers(app: Arc<AppState>, uuid: Option<String>) -> Response {
             let rows = inventory.store().servers(uuid.as_deref()).await?;
             let mut out = Vec::new();
             for (record, _) in &rows {
-                let text = crate::inventory::cache::server_text(record).map_err(ApiError::Internal)?;
+                let text = crate::inventory::records::server_text(record).map_err(ApiError::Internal)?;
                 out.push(text);
             }
             let body = match uuid {

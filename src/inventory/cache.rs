@@ -14,10 +14,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use indexmap::IndexMap;
-use serde_json::value::RawValue;
-
-use super::store::{ServerChange, ServerRecord, StoredClaim};
+use super::store::{ServerChange, StoredClaim};
 use crate::engine::vm_index::VmIndex;
 use crate::engine::{Held, KeyTable, Lookups};
 use crate::fxhash::FxBuild;
@@ -65,10 +62,8 @@ pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
     changes
         .into_iter()
         .map(|c| {
-            let parsed = match &c.record {
-                Some(record) => {
-                    Some(ParsedServer::new(&server_text(record)?).map_err(|e| format!("server {}: {e}", c.uuid))?)
-                }
+            let parsed = match &c.text {
+                Some(text) => Some(ParsedServer::new(text).map_err(|e| format!("server {}: {e}", c.uuid))?),
                 None => None,
             };
             Ok(Prepared { uuid: c.uuid, generation: c.generation, position: c.position, deleted: c.deleted, parsed })
@@ -93,9 +88,6 @@ pub struct Model {
     index: HashMap<String, usize>,
     /// The generation everything is current to (catch-ups read what is newer).
     generation: AtomicI64,
-    /// VM index entries replaced since it was built (its dead entries; rebuilt past the
-    /// live count).
-    replaced_vms: usize,
     /// Moves when servers are added, deleted or reordered (their ids change).
     layout: u64,
     /// Per server, moves when it is parsed anew (its facts may have changed).
@@ -114,7 +106,6 @@ impl Default for Model {
             generations: Vec::new(),
             index: HashMap::new(),
             generation: AtomicI64::new(0),
-            replaced_vms: 0,
             layout: 0,
             revisions: Vec::new(),
         }
@@ -253,7 +244,8 @@ impl Model {
         }
         applied.reparsed += added.len();
         if removed.is_empty() && added.is_empty() && !reorder {
-            if self.replaced_vms > self.lookups.vm_index.get().map_or(usize::MAX, VmIndex::len).max(1024) {
+            // Unindexed VMs still take a slot each: the index made again past the live count.
+            if self.lookups.vm_index.get().is_some_and(|index| index.dead() > index.len().max(1024)) {
                 self.rebuild_lookups();
             }
             return applied;
@@ -276,11 +268,9 @@ impl Model {
     fn append(&mut self, mut added: Vec<(String, i64, i64, ParsedServer)>) {
         self.layout += 1;
         added.sort_by_key(|a| a.2);
+        self.reserve(added.len());
         for (uuid, generation, position, parsed) in added {
             let id = self.servers.len();
-            if let Some(index) = self.lookups.vm_index.get_mut() {
-                index.append_server(id, &parsed.server);
-            }
             self.index.insert(uuid.clone(), id);
             self.positions.push(position);
             self.uuids.push(uuid);
@@ -289,6 +279,9 @@ impl Model {
             self.servers.push(parsed.server);
             self.raw.push(parsed.raw);
             self.texts.push(parsed.text);
+            if let Some(index) = self.lookups.vm_index.get_mut() {
+                index.append_server(&self.servers, id);
+            }
         }
         if self.lookups.vm_index.get().is_none() {
             self.rebuild_lookups();
@@ -298,24 +291,36 @@ impl Model {
         let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
 
+    /// Room for `more` servers, with a sixteenth to spare rather than the doubling a push
+    /// would make: a server (~1.2 KB parsed) is held for the replica's life.
+    fn reserve(&mut self, more: usize) {
+        let len = self.servers.len();
+        if self.servers.capacity() >= len + more {
+            return;
+        }
+        let more = more.max(len / 16);
+        self.servers.reserve_exact(more);
+        self.raw.reserve_exact(more);
+        self.texts.reserve_exact(more);
+        self.uuids.reserve_exact(more);
+        self.positions.reserve_exact(more);
+        self.generations.reserve_exact(more);
+        self.revisions.reserve_exact(more);
+    }
+
     /// Replaces server `i` in place; the VM look-ups follow.
     fn replace(&mut self, i: usize, parsed: ParsedServer) {
         if let Some(index) = self.lookups.vm_index.get_mut() {
-            let old: Vec<String> = self.servers[i].inline_vms().map(|(k, _)| k.to_string()).collect();
-            for uuid in &old {
-                index.remove(i, uuid);
-            }
-            self.replaced_vms += old.len();
-            let server = &parsed.server;
-            for (uuid, vm) in server.inline_vms() {
-                index.insert(i, &server.uuid, uuid, vm);
-            }
+            index.remove_server(&self.servers, i);
         }
         self.revisions[i] += 1;
         // Each old part is dropped before the old text it borrows from.
         self.servers[i] = parsed.server;
         self.raw[i] = parsed.raw;
         self.texts[i] = parsed.text;
+        if let Some(index) = self.lookups.vm_index.get_mut() {
+            index.append_server(&self.servers, i);
+        }
     }
 
     /// The servers put in position order again without those removed and with those added.
@@ -343,6 +348,7 @@ impl Model {
         rows.sort_by_key(|r| r.0);
         self.index.clear();
         self.revisions = vec![0; rows.len()];
+        self.reserve(rows.len());
         for (i, (p, u, g, s, r, t)) in rows.into_iter().enumerate() {
             self.index.insert(u.clone(), i);
             self.positions.push(p);
@@ -358,7 +364,6 @@ impl Model {
     /// Builds the look-ups now, off the allocations' path.
     fn rebuild_lookups(&mut self) {
         self.lookups = Lookups::default();
-        self.replaced_vms = 0;
         let _ = self.lookups.vm_index.set(VmIndex::build(&self.servers));
         let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
@@ -630,55 +635,6 @@ impl Claims {
     }
 }
 
-/// The server's text as a request would carry it: its object with `vms` (uuid → VM)
-/// put back where it was (or appended).
-pub fn server_text(record: &ServerRecord) -> Result<String, String> {
-    if record.vms.is_empty() {
-        return Ok(record.object.clone());
-    }
-    let fields: IndexMap<String, &RawValue> =
-        crate::js::json::from_str(&record.object).map_err(|e| format!("server {}: {e}", record.uuid))?;
-    let mut vms = String::from("{");
-    for (i, (uuid, object)) in record.vms.iter().enumerate() {
-        if i > 0 {
-            vms.push(',');
-        }
-        vms.push_str(&crate::js::json::stringify(uuid.as_str()));
-        vms.push(':');
-        vms.push_str(object);
-    }
-    vms.push('}');
-    Ok(object_text(&fields, Some(&vms)))
-}
-
-/// An object's text from its members' texts, `vms` replaced by `vms` when given (appended
-/// when missing). Written by hand rather than through `RawValue`, whose check refuses what
-/// `JSON.parse` reads (a lone surrogate): the texts were read that way already.
-pub(crate) fn object_text(fields: &IndexMap<String, &RawValue>, vms: Option<&str>) -> String {
-    let mut out = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
-    out.push('{');
-    let mut first = true;
-    let mut member = |out: &mut String, key: &str, value: &str| {
-        if !std::mem::take(&mut first) {
-            out.push(',');
-        }
-        out.push_str(&crate::js::json::stringify(key));
-        out.push(':');
-        out.push_str(value);
-    };
-    for (key, value) in fields {
-        match (key.as_str(), vms) {
-            ("vms", Some(vms)) => member(&mut out, key, vms),
-            _ => member(&mut out, key, value.get()),
-        }
-    }
-    if let (Some(vms), false) = (vms, fields.contains_key("vms")) {
-        member(&mut out, "vms", vms);
-    }
-    out.push('}');
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -690,13 +646,7 @@ mod tests {
     }
 
     fn change(uuid: &str, generation: i64, position: i64, text: Option<String>) -> ServerChange {
-        ServerChange {
-            uuid: uuid.into(),
-            generation,
-            position,
-            deleted: false,
-            record: text.map(|object| ServerRecord { uuid: uuid.into(), object, vms: Vec::new() }),
-        }
+        ServerChange { uuid: uuid.into(), generation, position, deleted: false, text }
     }
 
     #[test]
@@ -711,8 +661,8 @@ mod tests {
         let applied = model.apply(prepare(vec![change("b", 3, 2, Some(server("b", &["v4", "v5"])))]).expect("parses"));
         assert_eq!(applied, Applied { reparsed: 1, bumped: 0, appended: 0, rebuilt: false });
         assert_eq!(model.servers()[1].inline_vm_count(), 2);
-        let index = model.lookups.vm_index.get().expect("kept");
-        assert_eq!(index.len(), 4, "v1 unlisted, v4 and v5 listed");
+        let index = model.lookups.vm_index.get().expect("kept").on(model.servers());
+        assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(4), "v1 unlisted, v4 and v5 listed");
         assert!(index.get("v1", None).is_err());
         assert_eq!(index.get("v4", None).ok().map(|vm| vm.server), Some(1));
         let applied = model.apply(prepare(vec![change("a", 4, 1, None)]).expect("parses"));
@@ -727,7 +677,7 @@ mod tests {
         let applied = model.apply(prepare(vec![change("c", 7, 10, Some(server("c", &["v6", "v1"])))]).expect("parses"));
         assert_eq!((applied.appended, applied.rebuilt), (1, false));
         assert_eq!(model.uuid(2), "c");
-        let index = model.lookups.vm_index.get().expect("kept");
+        let index = model.lookups.vm_index.get().expect("kept").on(model.servers());
         assert_eq!(index.get("v6", None).ok().map(|vm| vm.server), Some(2));
         let q = crate::engine::vm_index::ListQuery { owner: "o", active: false, predicate: None, fields: &["uuid"] };
         let listed: Vec<String> = index.list(&q).iter().map(|v| v.get("uuid").to_js_string()).collect();

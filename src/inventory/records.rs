@@ -136,7 +136,62 @@ fn split(raw: &str, uuid: &str) -> Result<(ServerRecord, bool), RecordError> {
     let given = fields.contains_key("vms");
     let vms: Option<IndexMap<String, &RawValue>> =
         fields.get("vms").and_then(|raw_vms| crate::js::json::from_str(raw_vms.get()).ok());
-    let object = crate::inventory::cache::object_text(&fields, vms.is_some().then_some("{}"));
+    let object = object_text(&fields, vms.is_some().then_some("{}"));
     let vms = vms.map_or_else(Vec::new, |map| map.into_iter().map(|(k, v)| (k, v.get().to_string())).collect());
     Ok((ServerRecord { uuid: uuid.to_string(), object, vms }, given))
+}
+
+/// The server's text as a request would carry it: its object with `vms` (uuid → VM)
+/// put back where it was (or appended); the inverse of [`split`].
+pub fn server_text(record: &ServerRecord) -> Result<String, String> {
+    if record.vms.is_empty() {
+        return Ok(record.object.clone());
+    }
+    let mut vms = String::from("{");
+    for (i, (uuid, object)) in record.vms.iter().enumerate() {
+        if i > 0 {
+            vms.push(',');
+        }
+        vms.push_str(&crate::js::json::stringify(uuid.as_str()));
+        vms.push(':');
+        vms.push_str(object);
+    }
+    vms.push('}');
+    with_vms(&record.uuid, &record.object, Some(&vms))
+}
+
+/// Server `uuid`'s stored `object` with `vms` (the text of an object, uuid → VM) put
+/// back.
+pub fn with_vms(uuid: &str, object: &str, vms: Option<&str>) -> Result<String, String> {
+    let fields: IndexMap<String, &RawValue> =
+        crate::js::json::from_str(object).map_err(|e| format!("server {uuid}: {e}"))?;
+    Ok(object_text(&fields, vms))
+}
+
+/// An object's text from its members' texts, `vms` replaced by `vms` when given (appended
+/// when missing). Written by hand rather than through `RawValue`, whose check refuses what
+/// `JSON.parse` reads (a lone surrogate): the texts were read that way already.
+fn object_text(fields: &IndexMap<String, &RawValue>, vms: Option<&str>) -> String {
+    let mut out = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
+    out.push('{');
+    let mut first = true;
+    let mut member = |out: &mut String, key: &str, value: &str| {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+        out.push_str(&crate::js::json::stringify(key));
+        out.push(':');
+        out.push_str(value);
+    };
+    for (key, value) in fields {
+        match (key.as_str(), vms) {
+            ("vms", Some(vms)) => member(&mut out, key, vms),
+            _ => member(&mut out, key, value.get()),
+        }
+    }
+    if let (Some(vms), false) = (vms, fields.contains_key("vms")) {
+        member(&mut out, "vms", vms);
+    }
+    out.push('}');
+    out
 }

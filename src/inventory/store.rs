@@ -70,9 +70,15 @@ pub struct ServerChange {
     pub generation: i64,
     pub position: i64,
     pub deleted: bool,
-    /// The record, when its content changed (not for a claim alone).
-    pub record: Option<ServerRecord>,
+    /// The server's object with its VMs, as a request carries it, when its content
+    /// changed (not for a claim alone).
+    pub text: Option<String>,
 }
+
+/// VM rows read at a time by a catch-up: a replica's first one reads every VM, and rows
+/// held all at once would double its start-up peak (and strand their freed pages in the
+/// arena of the thread that read them).
+const VM_ROWS_AT_ONCE: i32 = 2048;
 
 /// A live claim as stored.
 #[derive(Debug, Clone)]
@@ -333,39 +339,71 @@ impl Store {
         let mut changes = Changes::default();
         let mut changed: Vec<String> = Vec::new();
         let mut touched: Vec<String> = Vec::new();
+        // Objects waiting for their VMs: by uuid, with their change's place.
+        let mut objects: std::collections::HashMap<String, (usize, String)> = Default::default();
         for row in rows {
             let uuid: String = row.get(0);
             let object: Option<String> = row.get(4);
-            if object.is_some() {
-                changed.push(uuid.clone());
-            }
             touched.push(uuid.clone());
-            let record = object.map(|object| ServerRecord { uuid: uuid.clone(), object, vms: Vec::new() });
+            if let Some(object) = object {
+                changed.push(uuid.clone());
+                objects.insert(uuid.clone(), (changes.servers.len(), object));
+            }
             changes.servers.push(ServerChange {
                 uuid,
                 generation: row.get(1),
                 position: row.get(2),
                 deleted: row.get(3),
-                record,
+                text: None,
             });
         }
         if !changed.is_empty() {
-            let vms = tx
-                .query(
+            // A server's VMs come together (ordered by server): its text is made as soon
+            // as the next server's begin, and the rows are let go batch by batch.
+            let portal = tx
+                .bind(
                     "SELECT server_uuid, uuid, object::text FROM vms WHERE server_uuid = ANY($1) \
                      ORDER BY server_uuid, position",
                     &[&changed],
                 )
                 .await?;
-            let mut by_server: std::collections::HashMap<String, Vec<(String, String)>> = Default::default();
-            for row in vms {
-                by_server.entry(row.get(0)).or_default().push((row.get(1), row.get(2)));
-            }
-            for change in &mut changes.servers {
-                if let Some(record) = &mut change.record {
-                    record.vms = by_server.remove(&record.uuid).unwrap_or_default();
+            let mut current: Option<(String, String)> = None;
+            let mut finish = |server: String, vms: &mut String, changes: &mut Changes| -> Result<(), StoreError> {
+                if let Some((at, object)) = objects.remove(&server) {
+                    vms.push('}');
+                    changes.servers[at].text =
+                        Some(super::records::with_vms(&server, &object, Some(vms)).map_err(StoreError)?);
+                }
+                Ok(())
+            };
+            loop {
+                let rows = tx.query_portal(&portal, VM_ROWS_AT_ONCE).await?;
+                if rows.is_empty() {
+                    break;
+                }
+                for row in rows {
+                    let server: &str = row.get(0);
+                    if current.as_ref().is_some_and(|(s, _)| s != server) {
+                        if let Some((done, mut vms)) = current.take() {
+                            finish(done, &mut vms, &mut changes)?;
+                        }
+                    }
+                    let (_, vms) = current.get_or_insert_with(|| (server.to_string(), String::from("{")));
+                    if vms.len() > 1 {
+                        vms.push(',');
+                    }
+                    vms.push_str(&crate::js::json::stringify(row.get::<_, &str>(1)));
+                    vms.push(':');
+                    vms.push_str(row.get(2));
                 }
             }
+            if let Some((done, mut vms)) = current.take() {
+                finish(done, &mut vms, &mut changes)?;
+            }
+        }
+        // Servers without VMs: their object as it is.
+        for (_, (at, object)) in objects {
+            changes.servers[at].text = Some(object);
         }
         // Every claim change bumps its server's generation: only the touched servers'
         // claims are read (all of them on the first read).

@@ -176,6 +176,12 @@ impl<'a> Server<'a> {
         Some(removed)
     }
 
+    /// The inline VM at position `i`, with its key.
+    pub fn inline_vm(&self, i: usize) -> Option<(&str, &ServerVm<'a>)> {
+        let entry = self.vms.as_obj()?.as_slice().get(i)?;
+        Some((entry.key(), entry.vm()))
+    }
+
     /// The inline VM at position `i`.
     pub fn inline_vm_at(&self, i: usize) -> &ServerVm<'a> {
         self.vms.as_obj().map_or(&EMPTY_VM, |m| m.vm_at(i))

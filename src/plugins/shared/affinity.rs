@@ -27,7 +27,7 @@
 //! backtracking limit (where the original would have hung). So is a `null` tag value met by a regex affinity (the
 //! original threw reading it).
 
-use crate::engine::vm_index::{ListQuery, Predicate, VmIndex};
+use crate::engine::vm_index::{ListQuery, Predicate, VmLookup};
 use crate::js::regex::{self, Dialect, JsRegex, TooManySteps};
 use crate::js::{strict_eq, Js, JsObject};
 pub use crate::model::affinity::Affinity;
@@ -61,7 +61,7 @@ impl DerivedLocality {
 pub fn locality_from_affinity(
     affinities: &[Affinity],
     owner: &str,
-    index: &VmIndex,
+    index: VmLookup<'_, '_>,
 ) -> Result<Option<DerivedLocality>, String> {
     let have_hard = affinities.iter().any(|a| !a.is_soft);
     let have_soft = affinities.iter().any(|a| a.is_soft);
@@ -100,9 +100,9 @@ pub fn locality_from_affinity(
 }
 
 /// Resolves affinities to VM uuids for one request, remembering the owner's full listing.
-struct Resolver<'a> {
+struct Resolver<'a, 'v> {
     owner: &'a str,
-    index: &'a VmIndex,
+    index: VmLookup<'a, 'v>,
     all_active: Option<Vec<Js>>,
 }
 
@@ -111,7 +111,7 @@ const ALL_ACTIVE_FIELDS: &[&str] = &["uuid", "alias", "internal_metadata", "dock
 /// `ListVms` as VMAPI would answer it: VMAPI knows VMs by uuid, so a VM sent under another
 /// key (its server leaves at the validity step) is not listed and cannot become a
 /// locality hint.
-fn listed(index: &VmIndex, q: &ListQuery<'_>) -> Vec<Js> {
+fn listed(index: VmLookup<'_, '_>, q: &ListQuery<'_>) -> Vec<Js> {
     let mut vms = index.list(q);
     vms.retain(|vm| vm.get("uuid").as_str().is_some_and(super::locality::is_uuid));
     vms
@@ -121,7 +121,7 @@ fn uuids_of(vms: &[Js]) -> Vec<String> {
     vms.iter().map(|vm| vm.get("uuid").to_js_string()).collect()
 }
 
-impl Resolver<'_> {
+impl Resolver<'_, '_> {
     fn resolve(&mut self, aff: &Affinity) -> Result<Vec<String>, String> {
         if !aff.is_instance() {
             return if aff.value_type == "re" { self.by_tag_regex(aff) } else { Ok(self.by_tag_glob(aff, &aff.value)) };
@@ -183,8 +183,8 @@ impl Resolver<'_> {
         let v = &aff.value;
         let uuid = format!("{}-{}-{}-{}-{}", &v[0..8], &v[8..12], &v[12..16], &v[16..20], &v[20..32]);
         let Ok(vm) = self.index.get(&uuid, Some(self.owner)) else { return Vec::new() };
-        let same_id = strict_eq(vm.internal_metadata.get("docker:id"), &Js::str(v));
-        if vm.docker.truthy() && vm.is_active() && same_id {
+        let same_id = strict_eq(vm.internal_metadata().get("docker:id"), &Js::str(v));
+        if vm.docker().truthy() && vm.is_active() && same_id {
             vec![uuid]
         } else {
             Vec::new()
@@ -287,6 +287,7 @@ fn compile(aff: &Affinity, source: &str, dialect: Dialect) -> Result<JsRegex, St
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::vm_index::VmIndex;
     use crate::model::Server;
     use serde_json::json;
 
@@ -297,17 +298,24 @@ mod tests {
     const DOCKER_ID: &str = "97ed62d4dc30d1f53b903dac1e90c8fee4a77a30f0099b42f34f67cb5b17019c";
     const DOCKER_UUID: &str = "97ed62d4-dc30-d1f5-3b90-3dac1e90c8fe";
 
-    fn index(vms: serde_json::Value) -> VmIndex {
+    /// One server with these VMs, and its index.
+    struct Indexed {
+        servers: Vec<Server<'static>>,
+        index: VmIndex,
+    }
+
+    fn index(vms: serde_json::Value) -> Indexed {
         let servers: Vec<Server> = crate::model::from_test_json(&json!([{"uuid": "s1", "vms": vms}]));
-        VmIndex::build(&servers)
+        let index = VmIndex::build(&servers);
+        Indexed { servers, index }
     }
 
     fn aff(key: &str, op: &str, value: &str, vt: &str, soft: bool) -> Affinity {
         Affinity { key: key.into(), operator: op.into(), value: value.into(), value_type: vt.into(), is_soft: soft }
     }
 
-    fn run(idx: &VmIndex, affs: &[Affinity]) -> Result<Option<Js>, String> {
-        locality_from_affinity(affs, OWNER, idx).map(|l| l.map(|l| l.to_js()))
+    fn run(idx: &Indexed, affs: &[Affinity]) -> Result<Option<Js>, String> {
+        locality_from_affinity(affs, OWNER, idx.index.on(&idx.servers)).map(|l| l.map(|l| l.to_js()))
     }
 
     fn loc(text: &str) -> Result<Option<Js>, String> {
