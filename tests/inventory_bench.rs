@@ -1,7 +1,9 @@
 //! Inventory mode's benchmark (`make bench-inventory`; not run by `cargo test`): a throwaway
 //! PostgreSQL, the benchmark's generated datacenter (benches/input.rs) loaded, then replica
 //! start-up, allocations/s and latency with their claims committed, side by side with the
-//! stateless request of the same size. Figures are printed (BENCHMARKS.md), not asserted.
+//! stateless request of the same size, and the memory of a replica process against the
+//! stateless one's for one request. Clients keep their connections alive, as CNAPI's do.
+//! Figures are printed (BENCHMARKS.md), not asserted.
 //! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (16),
 //! INVENTORY_BENCH_STEPS (the allocations' `steps` form: inventory mode's default, `removed`,
 //! unless given).
@@ -71,6 +73,26 @@ fn chosen_is(body: &[u8], uuid: &str) -> bool {
     find(head, format!("\"uuid\":\"{uuid}\"").as_bytes()).is_some()
 }
 
+/// A `dapi serve` of its own on a free port, with `vars` set: the child and its address.
+async fn serve_process(config: &std::path::Path, vars: &[(&str, &str)]) -> (std::process::Child, std::net::SocketAddr) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))
+        .env("DAPI_LOG_LEVEL", "warn")
+        .envs(vars.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("dapi serve");
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    while tokio::net::TcpStream::connect(addr).await.is_err() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (child, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark: make bench-inventory"]
 async fn inventory_benchmark() {
@@ -138,20 +160,7 @@ async fn inventory_benchmark() {
     println!("stateless POST /allocate at {servers} servers: {:?} each", stateless);
 
     // The stateless path's memory for one request of this size: a `dapi serve` of its own.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
-        .arg("serve")
-        .arg("--config")
-        .arg(&config_path)
-        .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))
-        .env("DAPI_LOG_LEVEL", "warn")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("dapi serve");
-    let child_addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    while tokio::net::TcpStream::connect(child_addr).await.is_err() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (mut child, child_addr) = serve_process(&config_path, &[]).await;
     let idle = status_kib_of(child.id(), "VmRSS:");
     let reply =
         send(child_addr, "POST", "/allocate?steps=removed", &[("Content-Type", "application/json")], &body).await;
@@ -160,6 +169,20 @@ async fn inventory_benchmark() {
         "stateless dapi serve, one request of {servers} servers: peak RSS {} MiB (idle {} MiB)",
         status_kib_of(child.id(), "VmHWM:") / 1024,
         idle / 1024
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    // A replica's: a `dapi serve` in inventory mode, once it holds the inventory (after
+    // its periodic heap trim has run).
+    let (mut child, child_addr) = serve_process(&config_path, &[("DAPI_INVENTORY__URL", &url)]).await;
+    while send(child_addr, "GET", "/ping", &[], b"").await.json()["inventory"]["servers"] != json!(servers) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    println!(
+        "replica dapi serve holding {servers} servers: RSS {} MiB (peak {} MiB, while loading)",
+        status_kib_of(child.id(), "VmRSS:") / 1024,
+        status_kib_of(child.id(), "VmHWM:") / 1024
     );
     let _ = child.kill();
     let _ = child.wait();
@@ -186,11 +209,13 @@ async fn inventory_benchmark() {
             let mut statuses = std::collections::BTreeMap::new();
             let mut first_on_newcomer: Option<Instant> = None;
             let mut answer_bytes = 0usize;
+            // A kept-alive connection per client, as CNAPI's restify client pools them.
+            let mut connection = common::Connection::open(addr).await;
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let r = vm_request.replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
                 let t = Instant::now();
-                let reply = send(addr, "POST", &path, &[("Content-Type", "application/json")], r.as_bytes()).await;
+                let reply = connection.send("POST", &path, &[("Content-Type", "application/json")], r.as_bytes()).await;
                 latencies.push(t.elapsed());
                 answer_bytes += reply.body.len();
                 *statuses.entry(reply.status).or_insert(0usize) += 1;

@@ -168,7 +168,12 @@ fn changes_not_reported_are_not_seen_and_all_resets() {
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let text = serde_json::to_vec(&base).expect("json");
     let body = parse(&text);
-    let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+    let held = Held {
+        servers: &body.servers,
+        raw_servers: &body.raw_servers,
+        lookups: None,
+        tickets: &dapi::engine::NO_TICKETS,
+    };
     let mut recurring = Recurring::new();
     let first = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
     let chosen = first.chosen.expect("a server fits");
@@ -178,7 +183,12 @@ fn changes_not_reported_are_not_seen_and_all_resets() {
     changed["servers"][chosen]["status"] = json!("unknown");
     let text = serde_json::to_vec(&changed).expect("json");
     let body = parse(&text);
-    let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+    let held = Held {
+        servers: &body.servers,
+        raw_servers: &body.raw_servers,
+        lookups: None,
+        tickets: &dapi::engine::NO_TICKETS,
+    };
     let full = engine.allocate_on(held, &body, false).expect("full run");
     assert_ne!(full.chosen, Some(chosen));
     let stale = recurring.allocate(&engine, held, &body, Changed::Servers { changed: &[], facts: &[] }).expect("run");

@@ -14,6 +14,7 @@ use rand::rngs::StdRng;
 use super::defaults::Defaults;
 use super::reasons::{KeyTable, ServerKey};
 use super::vm_index::{VmIndex, VmLookup};
+use super::HeldTickets;
 use crate::js::Js;
 use crate::model::{Image, Package, RawParams, Server, ServerVm, Ticket, VmPayload, EMPTY_VM};
 
@@ -161,7 +162,7 @@ pub struct Request<'r> {
     pub tickets: &'r [Ticket],
     /// Tickets the caller holds across requests (inventory mode's claims), counted after
     /// the request's own: handed over without being copied into `tickets`.
-    pub held_tickets: &'r [Ticket],
+    pub held_tickets: &'r dyn HeldTickets,
     pub defaults: &'r Defaults,
     pub rng: StdRng,
     /// Whether `rng` was seeded by the caller: a run repeated with the same seed draws the
@@ -280,7 +281,7 @@ impl<'r> Request<'r> {
             image,
             package: package.map(PackageState::massage),
             tickets,
-            held_tickets: &[],
+            held_tickets: &super::NO_TICKETS,
             defaults,
             rng,
             rng_seeded: false,
@@ -499,7 +500,20 @@ impl<'r> Request<'r> {
 
     /// The request's tickets, then the held ones.
     pub fn all_tickets(&self) -> impl Iterator<Item = &'r Ticket> + 'r {
-        self.tickets.iter().chain(self.held_tickets)
+        self.tickets.iter().chain(self.held_tickets.all())
+    }
+
+    /// The tickets whose `String(server_uuid)` is `key`, in [`Request::all_tickets`]'s
+    /// order (held ones are found by their server, whose uuid they hold as a string).
+    pub fn tickets_of<'k>(&self, key: &'k str) -> impl Iterator<Item = &'k Ticket> + 'k
+    where
+        'r: 'k,
+    {
+        let own = self.tickets.iter().filter(move |t| match t.server_uuid.as_str() {
+            Some(uuid) => uuid == key,
+            None => t.server_uuid.to_js_string() == key,
+        });
+        own.chain(self.held_tickets.of_server(key))
     }
 
     /// `vm.cpu_cap` in effect ([`Data::CpuCap`](super::plugin::Data::CpuCap)).

@@ -36,7 +36,7 @@ pub use recurring::{Changed, Recurring};
 pub use summary::{Step, StepsFormat, StepsView};
 
 use crate::js::num_to_json;
-use crate::model::{AllocateBody, Image, Server, VmPayload};
+use crate::model::{AllocateBody, Image, Server, Ticket, VmPayload};
 
 /// The chain `serverCapacity()` always runs, whatever the configured description.
 const CAPACITY_CHAIN: &[&str] = &[
@@ -56,7 +56,30 @@ pub struct Held<'h> {
     pub servers: &'h [Server<'h>],
     pub raw_servers: &'h [&'h str],
     pub lookups: Option<&'h Lookups>,
-    pub tickets: &'h [crate::model::Ticket],
+    pub tickets: &'h dyn HeldTickets,
+}
+
+/// No tickets held.
+pub static NO_TICKETS: Vec<Ticket> = Vec::new();
+
+/// Tickets held apart from the request's (inventory mode's claims): thousands of them, of
+/// which a run over a few servers wants only theirs.
+pub trait HeldTickets: Sync {
+    /// Every one, in order.
+    fn all(&self) -> Box<dyn Iterator<Item = &Ticket> + '_>;
+    /// Those whose `server_uuid` is the string `server`, in order.
+    fn of_server<'t>(&'t self, server: &'t str) -> Box<dyn Iterator<Item = &'t Ticket> + 't>;
+}
+
+/// A plain list: looked through.
+impl HeldTickets for Vec<Ticket> {
+    fn all(&self) -> Box<dyn Iterator<Item = &Ticket> + '_> {
+        Box::new(self.iter())
+    }
+
+    fn of_server<'t>(&'t self, server: &'t str) -> Box<dyn Iterator<Item = &'t Ticket> + 't> {
+        Box::new(self.iter().filter(move |t| t.server_uuid.as_str() == Some(server)))
+    }
 }
 
 /// The allocator: description, capacity chain and defaults.
@@ -162,7 +185,7 @@ impl Engine {
     /// [`Engine::allocate`], with plugins' notes (shortfalls, score parts) when `explain`;
     /// the decision and the steps are the same either way.
     pub fn allocate_noting(&self, body: &AllocateBody<'_>, explain: bool) -> Result<Allocation, PluginError> {
-        let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &[] };
+        let held = Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &NO_TICKETS };
         self.allocate_on(held, body, explain)
     }
 

@@ -18,7 +18,7 @@ use super::{AppState, Outcome};
 use crate::answer::{self, AnswerError, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
-use crate::inventory::cache::ticket_json;
+use crate::inventory::claims::ticket_json;
 use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
 use crate::inventory::{AllocateError, Decided, Inventory};

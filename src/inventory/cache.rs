@@ -8,17 +8,17 @@
 //! them; one added elsewhere, deleted or moved in the order rebuilds them once.
 //! Nothing is re-read per allocation: the engine runs on the held servers in place.
 //!
-//! Claims are kept apart ([`Claims`]): tickets handed to the engine as they are.
+//! Claims are kept apart ([`Claims`](super::claims::Claims)).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use super::store::{ServerChange, StoredClaim};
+use super::store::ServerChange;
 use crate::engine::vm_index::VmIndex;
+use crate::engine::HeldTickets;
 use crate::engine::{Held, KeyTable, Lookups};
-use crate::fxhash::FxBuild;
-use crate::model::{Server, Ticket};
+use crate::model::Server;
 use crate::record::SharedText;
 use crate::wire::parse_capacity_body;
 
@@ -135,7 +135,7 @@ impl Model {
     }
 
     /// The servers, their texts and the look-ups, with `tickets`, for the engine.
-    pub fn held<'h>(&'h self, tickets: &'h [Ticket]) -> Held<'h> {
+    pub fn held<'h>(&'h self, tickets: &'h dyn HeldTickets) -> Held<'h> {
         Held { servers: &self.servers, raw_servers: &self.raw, lookups: Some(&self.lookups), tickets }
     }
 
@@ -388,253 +388,6 @@ impl Model {
     }
 }
 
-/// A claim as the engine counts it: a ticket, until `expires` (Unix seconds).
-#[derive(Debug, Clone)]
-pub struct Claim {
-    pub vm_uuid: String,
-    pub server_uuid: String,
-    pub expires: f64,
-    /// Decided here but not yet committed (catch-ups keep it).
-    pub pending: bool,
-    /// The generation it was committed at, as far as known (a catch-up that read the
-    /// store before it keeps it too).
-    pub generation: i64,
-}
-
-/// The live claims: tickets handed to the engine as one slice, with what each one is.
-#[derive(Default)]
-pub struct Claims {
-    tickets: Vec<Ticket>,
-    claims: Vec<Claim>,
-    /// The earliest expiry (pruned once passed).
-    earliest: f64,
-    /// Each claim's position, by VM uuid.
-    positions: HashMap<String, usize, FxBuild>,
-    /// The servers whose tickets changed, latest last, numbered from `logged - log.len()`.
-    log: VecDeque<String>,
-    logged: u64,
-}
-
-/// Server changes remembered for [`Claims::changed_since`]; a reader further behind sees
-/// every server changed.
-const LOGGED: usize = 4096;
-
-fn ticket(vm_uuid: &str, server_uuid: &str, resources: &str) -> Ticket {
-    let extra: serde_json::Value = serde_json::from_str(resources).unwrap_or(serde_json::Value::Null);
-    serde_json::from_value(serde_json::json!({
-        "uuid": format!("claim-{vm_uuid}"),
-        "id": vm_uuid,
-        "server_uuid": server_uuid,
-        "scope": "vm",
-        "action": "provision",
-        "status": "active",
-        "extra": extra,
-    }))
-    .unwrap_or_default()
-}
-
-/// A claim's ticket as a request would carry it in `tickets` (read back as it was made).
-pub fn ticket_json(ticket: &Ticket) -> serde_json::Value {
-    let fields = [
-        ("uuid", &ticket.uuid),
-        ("id", &ticket.id),
-        ("server_uuid", &ticket.server_uuid),
-        ("scope", &ticket.scope),
-        ("action", &ticket.action),
-        ("status", &ticket.status),
-        ("extra", &ticket.extra),
-    ];
-    serde_json::Value::Object(
-        fields.into_iter().filter(|(_, v)| !v.is_undefined()).map(|(k, v)| (k.to_string(), v.to_json())).collect(),
-    )
-}
-
-impl Claims {
-    pub fn len(&self) -> usize {
-        self.claims.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.claims.is_empty()
-    }
-
-    /// How many ticket changes there have been (for [`Claims::changed_since`]).
-    pub fn changes(&self) -> u64 {
-        self.logged
-    }
-
-    /// The servers whose tickets changed after the first `seen` changes; `None` when that
-    /// is no longer known.
-    pub fn changed_since(&self, seen: u64) -> Option<impl Iterator<Item = &str>> {
-        let first = self.logged - self.log.len() as u64;
-        if seen < first || seen > self.logged {
-            return None;
-        }
-        Some(self.log.iter().skip((seen - first) as usize).map(String::as_str))
-    }
-
-    fn note(&mut self, server_uuid: &str) {
-        if self.log.len() == LOGGED {
-            self.log.pop_front();
-        }
-        self.log.push_back(server_uuid.to_string());
-        self.logged += 1;
-    }
-
-    /// Drops the claim at `i`.
-    fn drop_at(&mut self, i: usize) {
-        self.tickets.remove(i);
-        let claim = self.claims.remove(i);
-        self.positions.remove(&claim.vm_uuid);
-        // Those after it moved up (the tickets keep their order: it is counted in).
-        self.positions.values_mut().filter(|p| **p > i).for_each(|p| *p -= 1);
-        self.note(&claim.server_uuid);
-    }
-
-    /// Keeps the claims `keep` says so of, in order.
-    fn retain(&mut self, keep: impl Fn(&Claim) -> bool) {
-        let kept: Vec<bool> = self.claims.iter().map(&keep).collect();
-        if kept.iter().all(|&k| k) {
-            return;
-        }
-        // Where each kept claim moves: up by the number dropped before it.
-        let mut moved_to = Vec::with_capacity(kept.len());
-        let mut next = 0;
-        for &k in &kept {
-            moved_to.push(next);
-            next += usize::from(k);
-        }
-        self.positions.retain(|_, at| kept[*at]);
-        self.positions.values_mut().for_each(|at| *at = moved_to[*at]);
-        let mut dropped = Vec::new();
-        let mut i = 0;
-        self.claims.retain(|c| {
-            i += 1;
-            if !kept[i - 1] {
-                dropped.push(c.server_uuid.clone());
-            }
-            kept[i - 1]
-        });
-        let mut i = 0;
-        self.tickets.retain(|_| {
-            i += 1;
-            kept[i - 1]
-        });
-        for server in dropped {
-            self.note(&server);
-        }
-    }
-
-    fn position(&self, vm_uuid: &str) -> Option<usize> {
-        self.positions.get(vm_uuid).copied()
-    }
-
-    /// Adds (or replaces) the claim of `vm_uuid`.
-    pub fn upsert(&mut self, claim: Claim, resources: &str) {
-        let t = ticket(&claim.vm_uuid, &claim.server_uuid, resources);
-        self.earliest = if self.claims.is_empty() { claim.expires } else { self.earliest.min(claim.expires) };
-        self.note(&claim.server_uuid);
-        match self.position(&claim.vm_uuid) {
-            Some(i) => {
-                if self.claims[i].server_uuid != claim.server_uuid {
-                    let before = self.claims[i].server_uuid.clone();
-                    self.note(&before);
-                }
-                self.tickets[i] = t;
-                self.claims[i] = claim;
-            }
-            None => {
-                self.positions.insert(claim.vm_uuid.clone(), self.claims.len());
-                self.tickets.push(t);
-                self.claims.push(claim);
-            }
-        }
-    }
-
-    pub fn remove(&mut self, vm_uuid: &str) {
-        if let Some(i) = self.position(vm_uuid) {
-            self.drop_at(i);
-        }
-    }
-
-    /// An own claim committed at `generation`: it expires at `expires`.
-    pub fn committed(&mut self, vm_uuid: &str, generation: i64, expires: f64) {
-        if let Some(i) = self.position(vm_uuid) {
-            self.claims[i].pending = false;
-            self.claims[i].generation = generation;
-            self.claims[i].expires = expires;
-            self.earliest = self.earliest.min(expires);
-        }
-    }
-
-    /// The committed claims of `servers` replaced by the store's (`fresh`, read at a
-    /// snapshot holding every generation up to `upto`); claims decided here and not yet
-    /// committed, or committed after the snapshot, stay.
-    pub fn replace_for(&mut self, servers: &HashSet<String>, fresh: Vec<(StoredClaim, i64)>, upto: i64) {
-        if servers.is_empty() && fresh.is_empty() {
-            return;
-        }
-        // Usually a server or two: compared directly rather than hashed per claim.
-        let touched: Option<Vec<&str>> = (servers.len() <= 8).then(|| servers.iter().map(String::as_str).collect());
-        let is_touched = |uuid: &str| match &touched {
-            Some(few) => few.contains(&uuid),
-            None => servers.contains(uuid),
-        };
-        // Those the store still has are kept where they are (and changed only if they
-        // differ): a catch-up after an own claim's commit changes nothing.
-        let in_store: HashSet<&str> = fresh.iter().map(|(c, _)| c.vm_uuid.as_str()).collect();
-        self.retain(|c| {
-            c.pending || c.generation > upto || !is_touched(&c.server_uuid) || in_store.contains(c.vm_uuid.as_str())
-        });
-        for (c, generation) in fresh {
-            if let Some(i) = self.position(&c.vm_uuid) {
-                let held = &self.claims[i];
-                if held.generation > upto && !held.pending {
-                    continue;
-                }
-                let same = !held.pending
-                    && held.server_uuid == c.server_uuid
-                    && held.expires == c.expires
-                    && self.tickets[i] == ticket(&c.vm_uuid, &c.server_uuid, &c.resources);
-                if same {
-                    self.claims[i].generation = generation;
-                    continue;
-                }
-            }
-            let claim = Claim {
-                vm_uuid: c.vm_uuid,
-                server_uuid: c.server_uuid,
-                expires: c.expires,
-                pending: false,
-                generation,
-            };
-            self.upsert(claim, &c.resources);
-        }
-    }
-
-    /// Drops the claims past their expiry (cheap until the earliest one passes).
-    pub fn prune(&mut self, now: f64) {
-        if self.claims.is_empty() || self.earliest > now {
-            return;
-        }
-        self.retain(|c| c.pending || c.expires > now);
-        self.earliest = self.claims.iter().map(|c| c.expires).fold(f64::INFINITY, f64::min);
-    }
-
-    /// The tickets to count for placing `vm_uuid`: all of them, or (when it holds a claim
-    /// already, being placed again) a copy without its own.
-    pub fn tickets_for(&self, vm_uuid: &str) -> std::borrow::Cow<'_, [Ticket]> {
-        match self.position(vm_uuid) {
-            None => std::borrow::Cow::Borrowed(&self.tickets),
-            Some(i) => {
-                let mut copy = self.tickets.clone();
-                copy.remove(i);
-                std::borrow::Cow::Owned(copy)
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,71 +445,5 @@ mod tests {
         assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
         assert_eq!((model.len(), model.uuid(0)), (1, "b"));
         assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(2));
-    }
-
-    #[test]
-    fn claims_are_tickets_and_pending_ones_survive_a_catch_up() {
-        let mut claims = Claims::default();
-        let resources = r#"{"max_physical_memory": 1024}"#;
-        let claim = |vm: &str, expires: f64, pending: bool, generation: i64| Claim {
-            vm_uuid: vm.into(),
-            server_uuid: "s".into(),
-            expires,
-            pending,
-            generation,
-        };
-        claims.upsert(claim("v1", 10.0, false, 3), resources);
-        claims.upsert(claim("v2", 20.0, true, i64::MAX), resources);
-        claims.upsert(claim("v3", 20.0, false, 9), resources);
-        assert_eq!(claims.tickets_for("x").len(), 3);
-        assert_eq!(claims.tickets_for("v1").len(), 2, "a VM placed again does not count against itself");
-        let servers: HashSet<String> = ["s".to_string()].into();
-        claims.replace_for(&servers, Vec::new(), 5);
-        assert_eq!(claims.len(), 2, "v1 released in the store; v2 not committed yet, v3 after the snapshot");
-        claims.committed("v2", 10, 5.0);
-        claims.prune(6.0);
-        assert_eq!(claims.len(), 1, "v2 expired");
-    }
-
-    #[test]
-    fn claims_keep_their_order_and_say_which_servers_changed() {
-        let mut claims = Claims::default();
-        let resources = r#"{"max_physical_memory": 1024}"#;
-        let claim = |vm: &str, server: &str, expires: f64| Claim {
-            vm_uuid: vm.into(),
-            server_uuid: server.into(),
-            expires,
-            pending: false,
-            generation: 1,
-        };
-        let ids = |tickets: &[Ticket]| -> Vec<String> { tickets.iter().map(|t| t.id.to_js_string()).collect() };
-        for (vm, server, expires) in [("v1", "a", 5.0), ("v2", "b", 50.0), ("v3", "c", 50.0), ("v4", "a", 50.0)] {
-            claims.upsert(claim(vm, server, expires), resources);
-        }
-        let seen = claims.changes();
-        claims.remove("v2");
-        let changed: Vec<&str> = claims.changed_since(seen).expect("known").collect();
-        assert_eq!(changed, ["b"]);
-        assert_eq!(ids(&claims.tickets_for("v4")), ["v1", "v3"]);
-        claims.prune(10.0);
-        assert_eq!(ids(&claims.tickets_for("x")), ["v3", "v4"]);
-        assert_eq!(ids(&claims.tickets_for("v4")), ["v3"], "v4's position follows the claims dropped before it");
-        let seen = claims.changes();
-        claims.replace_for(&["c".to_string()].into(), Vec::new(), 1);
-        assert_eq!(ids(&claims.tickets_for("x")), ["v4"]);
-        assert_eq!(ids(&claims.tickets_for("v4")), Vec::<String>::new());
-        assert_eq!(claims.changed_since(seen).expect("known").collect::<Vec<_>>(), ["c"]);
-        // Moving a claim to another server changes both.
-        let seen = claims.changes();
-        claims.upsert(claim("v4", "d", 50.0), resources);
-        let mut changed: Vec<&str> = claims.changed_since(seen).expect("known").collect();
-        changed.sort_unstable();
-        assert_eq!(changed, ["a", "d"]);
-        // A reader further behind than what is remembered is told nothing is known.
-        for n in 0..LOGGED {
-            claims.upsert(claim(&format!("w{n}"), "e", 50.0), resources);
-        }
-        assert!(claims.changed_since(seen).is_none());
-        assert!(claims.changed_since(claims.changes()).is_some_and(|mut c| c.next().is_none()));
     }
 }

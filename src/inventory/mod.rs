@@ -16,6 +16,7 @@
 //! first, and the allocation is run again on fresh state.
 
 pub mod cache;
+pub mod claims;
 pub mod records;
 pub mod store;
 
@@ -24,10 +25,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::InventoryConfig;
-use crate::engine::{Allocation, Changed, Engine, Recurring, ServerId};
+use crate::engine::{Allocation, Changed, Engine, HeldTickets, Recurring, ServerId};
 use crate::js::Js;
 use crate::model::{AllocateBody, FieldError, Image, Package, Server, Ticket, VmPayload};
-use cache::{Claim, Claims, Model};
+use cache::Model;
+use claims::{Claim, Claims};
 use store::{ClaimRequest, Store, StoreError};
 
 /// Times an allocation is run again after losing its claim to another replica.
@@ -73,7 +75,28 @@ pub struct Inventory {
     status: Mutex<Status>,
     wake: tokio::sync::Notify,
     claimer: tokio::sync::mpsc::UnboundedSender<ClaimJob>,
+    /// Generations this replica's own claims committed, not yet notified back: a burst of
+    /// notifications of nothing else needs no catch-up now (the replica counts them).
+    own: Arc<Mutex<HashSet<i64>>>,
+    /// Claim batches sent and not yet answered, and a signal as each one is: a
+    /// notification may arrive before its claim's answer.
+    claiming: Arc<ClaimsInFlight>,
 }
+
+#[derive(Default)]
+struct ClaimsInFlight {
+    batches: std::sync::atomic::AtomicUsize,
+    answered: tokio::sync::Notify,
+}
+
+/// How long the catch-up after notifications of own claims alone may wait: it moves the
+/// point later catch-ups read from, so that they stay small.
+const OWN_CATCH_UP_EVERY: Duration = Duration::from_millis(50);
+/// How long a notification not known to be of an own claim waits for the claims in flight
+/// to be answered before it is caught up with.
+const UNKNOWN_CATCH_UP_AFTER: Duration = Duration::from_millis(5);
+/// Own generations remembered at most (one notified before its commit was seen stays).
+const OWN_REMEMBERED: usize = 65_536;
 
 /// Writes an allocation's answer from what it was decided on.
 pub type WriteAnswer<'w, T> = dyn FnMut(&Decided<'_>) -> T + 'w;
@@ -128,9 +151,11 @@ impl Inventory {
             status: Mutex::new(Status { listening: false, refreshed: Instant::now(), last_error: None }),
             wake: tokio::sync::Notify::new(),
             claimer,
+            own: Arc::default(),
+            claiming: Arc::default(),
         });
         inventory.refresh().await?;
-        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs));
+        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs, inventory.own.clone(), inventory.claiming.clone()));
         let listener = inventory.clone();
         tokio::spawn(async move { listener.follow().await });
         let refresher = inventory.clone();
@@ -221,8 +246,10 @@ impl Inventory {
                     let driver = tokio::spawn(async move {
                         loop {
                             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                                Some(Ok(tokio_postgres::AsyncMessage::Notification(_))) => {
-                                    let _ = tx.send(());
+                                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                                    // `<uuid> <generation>`
+                                    let generation = n.payload().rsplit(' ').next().and_then(|g| g.parse::<i64>().ok());
+                                    let _ = tx.send(generation);
                                 }
                                 Some(Ok(_)) => {}
                                 Some(Err(e)) => return e.to_string(),
@@ -250,9 +277,7 @@ impl Inventory {
                             continue;
                         }
                     }
-                    while rx.recv().await.is_some() {
-                        self.wake.notify_one();
-                    }
+                    self.follow_notifications(&mut rx).await;
                     let why = driver.await.unwrap_or_else(|e| e.to_string());
                     drop(client);
                     self.lost(why);
@@ -260,6 +285,62 @@ impl Inventory {
                 Err(e) => self.lost(e.to_string()),
             }
             tokio::time::sleep(RECONNECT_EVERY).await;
+        }
+    }
+
+    /// A catch-up per burst of notifications, until the feed ends. A burst of own claims'
+    /// alone needs none now (they are counted here): its catch-up is put off a little
+    /// ([`OWN_CATCH_UP_EVERY`]) so that later ones read from a recent point. A notification
+    /// that arrives before its claim's answer waits for the claims in flight
+    /// ([`UNKNOWN_CATCH_UP_AFTER`] at most).
+    async fn follow_notifications(&self, rx: &mut tokio::sync::mpsc::UnboundedReceiver<Option<i64>>) {
+        use std::sync::atomic::Ordering;
+        let mut own_since: Option<tokio::time::Instant> = None;
+        let mut unknown: Vec<i64> = Vec::new();
+        let mut unknown_since = tokio::time::Instant::now();
+        loop {
+            if !unknown.is_empty() && self.claiming.batches.load(Ordering::Acquire) == 0 {
+                let mut own = lock(&self.own);
+                unknown.retain(|g| !own.remove(g));
+                drop(own);
+                if unknown.is_empty() {
+                    own_since.get_or_insert_with(tokio::time::Instant::now);
+                } else {
+                    // Another replica's change, or a feed: caught up with now.
+                    (own_since, unknown) = (None, Vec::new());
+                    self.wake.notify_one();
+                }
+            }
+            let now = tokio::time::Instant::now();
+            let due = match (unknown.is_empty(), own_since) {
+                (false, _) if now >= unknown_since + UNKNOWN_CATCH_UP_AFTER => Some(now),
+                (false, _) => Some(unknown_since + UNKNOWN_CATCH_UP_AFTER),
+                (true, Some(since)) => Some(since + OWN_CATCH_UP_EVERY),
+                (true, None) => None,
+            };
+            tokio::select! {
+                notified = rx.recv() => match notified {
+                    None => return,
+                    Some(Some(generation)) if lock(&self.own).remove(&generation) => {
+                        own_since.get_or_insert_with(tokio::time::Instant::now);
+                    }
+                    Some(Some(generation)) => {
+                        if unknown.is_empty() {
+                            unknown_since = tokio::time::Instant::now();
+                        }
+                        unknown.push(generation);
+                    }
+                    Some(None) => {
+                        (own_since, unknown) = (None, Vec::new());
+                        self.wake.notify_one();
+                    }
+                },
+                _ = self.claiming.answered.notified(), if !unknown.is_empty() => {}
+                _ = tokio::time::sleep_until(due.unwrap_or(now)), if due.is_some() => {
+                    (own_since, unknown) = (None, Vec::new());
+                    self.wake.notify_one();
+                }
+            }
         }
     }
 
@@ -352,11 +433,11 @@ impl Inventory {
                     let tickets = claims.tickets_for(&vm_uuid);
                     if keep_claims {
                         // A copy: the claims change (this one's) before the answer is written.
-                        kept = Some(tickets.to_vec());
+                        kept = Some(tickets.all().cloned().collect::<Vec<_>>());
                     }
                     let held = model.held(&tickets);
                     // A VM placed again holds a claim already, left out of its own tickets.
-                    let own_claim = matches!(tickets, std::borrow::Cow::Owned(_));
+                    let own_claim = tickets.leaves_out_own();
                     match recurrence.as_deref_mut() {
                         Some(slot) if !own_claim => {
                             recurred = true;
@@ -534,7 +615,14 @@ struct OwnChain {
 }
 
 /// Sends decided claims to the store, all those waiting in one statement.
-async fn claim_batches(store: Store, ttl_s: u64, mut jobs: tokio::sync::mpsc::UnboundedReceiver<ClaimJob>) {
+async fn claim_batches(
+    store: Store,
+    ttl_s: u64,
+    mut jobs: tokio::sync::mpsc::UnboundedReceiver<ClaimJob>,
+    own_generations: Arc<Mutex<HashSet<i64>>>,
+    claiming: Arc<ClaimsInFlight>,
+) {
+    use std::sync::atomic::Ordering;
     let mut own: HashMap<String, OwnChain> = HashMap::new();
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
@@ -562,11 +650,23 @@ async fn claim_batches(store: Store, ttl_s: u64, mut jobs: tokio::sync::mpsc::Un
                 }
             })
             .collect();
-        match store.claim_batch(&requests, ttl_s).await {
+        claiming.batches.fetch_add(1, Ordering::AcqRel);
+        let answered = store.claim_batch(&requests, ttl_s).await;
+        if let Ok(results) = &answered {
+            let mut notified_back = lock(&own_generations);
+            if notified_back.len() > OWN_REMEMBERED {
+                notified_back.clear();
+            }
+            notified_back.extend(results.iter().flatten().map(|&(generation, _)| generation));
+        }
+        claiming.batches.fetch_sub(1, Ordering::AcqRel);
+        claiming.answered.notify_one();
+        match answered {
             Ok(results) => {
                 if own.len() > 100_000 {
                     own.clear();
                 }
+
                 for (job, (request, result)) in batch.into_iter().zip(requests.iter().zip(results)) {
                     if let Some((generation, _)) = result {
                         // The server went from the expected generation (or, following a

@@ -39,24 +39,13 @@ impl Plugin for CalculateTicketedVms {
         let mut kept = Vec::with_capacity(servers.len());
         if servers.len() <= FEW_SERVERS {
             // A few servers (inventory mode runs again those that changed, with thousands
-            // of claims as tickets): the tickets are looked through once for theirs rather
-            // than every ticket grouped by server.
-            let keys: Vec<String> = servers.iter().map(|&id| req.key(id).as_str().to_string()).collect();
-            let mut theirs: Vec<Vec<&Ticket>> = vec![Vec::new(); servers.len()];
-            for t in req.all_tickets() {
-                let uuid = match t.server_uuid.as_str() {
-                    Some(uuid) => std::borrow::Cow::Borrowed(uuid),
-                    None => std::borrow::Cow::Owned(t.server_uuid.to_js_string()),
-                };
-                // Servers sharing a key each take the ticket, as grouping by key gives it.
-                for (i, key) in keys.iter().enumerate() {
-                    if *key == *uuid && is_open_provision(t) {
-                        theirs[i].push(t);
-                    }
-                }
-            }
-            for (&id, tickets) in servers.iter().zip(&theirs) {
-                if tickets.is_empty() || add_ticketed(req, id, tickets) {
+            // of claims as tickets): each one's tickets found by its key rather than every
+            // ticket grouped by server. Servers sharing a key each take the ticket, as
+            // grouping by key gives it.
+            for &id in servers {
+                let key = req.key(id).as_str().to_string();
+                let theirs: Vec<&Ticket> = req.tickets_of(&key).filter(|t| is_open_provision(t)).collect();
+                if theirs.is_empty() || add_ticketed(req, id, &theirs) {
                     kept.push(id);
                 }
             }

@@ -75,6 +75,62 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, 
     parse_reply(&raw)
 }
 
+/// One kept-alive HTTP/1.1 connection, as a pooling client (Node's agent, restify) uses:
+/// requests one after another, each answer read to its end.
+pub struct Connection {
+    stream: tokio::io::BufReader<tokio::net::TcpStream>,
+    addr: SocketAddr,
+}
+
+impl Connection {
+    pub async fn open(addr: SocketAddr) -> Connection {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let _ = stream.set_nodelay(true);
+        Connection { stream: tokio::io::BufReader::new(stream), addr }
+    }
+
+    pub async fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+        use tokio::io::AsyncBufReadExt;
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n", self.addr, body.len());
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        self.stream.get_mut().write_all(&out).await.expect("request written");
+        let mut raw = Vec::new();
+        loop {
+            let before = raw.len();
+            let n = self.stream.read_until(b'\n', &mut raw).await.expect("answer head");
+            assert!(n > 0, "the connection closed before the answer's head");
+            if &raw[before..] == b"\r\n" {
+                break;
+            }
+        }
+        let head = parse_reply(&raw);
+        let mut body = Vec::new();
+        if let Some(length) = head.header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+            body.resize(length, 0);
+            self.stream.read_exact(&mut body).await.expect("answer body");
+        } else if head.header("transfer-encoding") == Some("chunked") {
+            loop {
+                let mut line = Vec::new();
+                self.stream.read_until(b'\n', &mut line).await.expect("chunk size");
+                let size = usize::from_str_radix(String::from_utf8_lossy(&line).trim(), 16).unwrap_or(0);
+                let at = body.len();
+                body.resize(at + size + 2, 0);
+                self.stream.read_exact(&mut body[at..]).await.expect("chunk");
+                body.truncate(at + size);
+                if size == 0 {
+                    break;
+                }
+            }
+        }
+        Reply { body, ..head }
+    }
+}
+
 pub fn parse_reply(raw: &[u8]) -> Reply {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("complete head");
     let head = String::from_utf8_lossy(&raw[..split]);
