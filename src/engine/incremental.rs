@@ -276,7 +276,7 @@ pub(super) fn unchanged_pipe<'o>(
     items: &[Expr],
     req: &mut Request<'_>,
     input: &'o [ServerId],
-    outputs: &mut std::slice::Iter<'o, Vec<ServerId>>,
+    outputs: &mut dyn Iterator<Item = &'o Vec<ServerId>>,
     changed: &[ServerId],
 ) -> Option<&'o [ServerId]> {
     let mut current = input;
@@ -294,7 +294,7 @@ fn unchanged<'o>(
     expr: &Expr,
     req: &mut Request<'_>,
     input: &'o [ServerId],
-    outputs: &mut std::slice::Iter<'o, Vec<ServerId>>,
+    outputs: &mut dyn Iterator<Item = &'o Vec<ServerId>>,
     changed: &[ServerId],
 ) -> Option<&'o [ServerId]> {
     match expr {

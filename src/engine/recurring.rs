@@ -141,11 +141,14 @@ pub struct Recurring {
     reused_rest: usize,
 }
 
-/// The rest of the chain's last run on the same survivors: what each of its plugins passed
-/// on, the steps it recorded, and the server chosen with its score.
+/// The rest of the chain's last run on the same survivors: the steps it recorded (each
+/// one's `remaining`: what its plugin passed on), and the server chosen with its score. The
+/// steps are taken back from the allocation once its answer is written
+/// ([`Recurring::recycle`]) rather than copied (a few lists of thousands of servers).
 struct LastRest {
-    outputs: Vec<Vec<ServerId>>,
     steps: Vec<Step>,
+    /// Whether `steps` were handed back.
+    complete: bool,
     chosen: ServerId,
     score: f64,
 }
@@ -176,7 +179,10 @@ impl Recurring {
         {
             self.states = allocation.state;
             self.steps = allocation.steps;
-            self.steps.truncate(per_server);
+            let rest = self.steps.split_off(per_server);
+            if let Some(last) = self.last.as_mut().filter(|last| !last.complete) {
+                (last.steps, last.complete) = (rest, true);
+            }
         }
     }
 
@@ -301,9 +307,9 @@ impl Recurring {
         // so the same choice with the same score); otherwise run as in a full run.
         let same_survivors = current == self.survivors;
         let unchanged = match &self.last {
-            Some(last) if same_survivors && split.rest_writes_scores_only => {
+            Some(last) if same_survivors && split.rest_writes_scores_only && last.complete => {
                 let sorts_from = req.kept_orders_next();
-                let mut outputs = last.outputs.iter();
+                let mut outputs = last.steps.iter().map(|step| &step.remaining);
                 let same = unchanged_pipe(&split.rest, &mut req, &current, &mut outputs, &stale).is_some();
                 if !same {
                     req.set_kept_orders_next(sorts_from);
@@ -350,9 +356,10 @@ impl Recurring {
                     };
                 }
                 let chosen = select(&output.0, req.states());
+                debug_assert_eq!(rest_from, split.per_server.len(), "the rest's steps follow the per-server part's");
                 self.last = chosen.map(|chosen| LastRest {
-                    outputs: steps[rest_from..].iter().map(|s| s.remaining.clone()).collect(),
-                    steps: steps[rest_from..].to_vec(),
+                    steps: Vec::new(),
+                    complete: false,
                     chosen,
                     score: req.state(chosen).score,
                 });

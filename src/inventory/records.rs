@@ -172,7 +172,9 @@ pub fn with_vms(uuid: &str, object: &str, vms: Option<&str>) -> Result<String, S
 /// when missing). Written by hand rather than through `RawValue`, whose check refuses what
 /// `JSON.parse` reads (a lone surrogate): the texts were read that way already.
 fn object_text(fields: &IndexMap<String, &RawValue>, vms: Option<&str>) -> String {
-    let mut out = String::with_capacity(fields.values().map(|v| v.get().len() + 16).sum::<usize>() + 2);
+    // Room for the brackets a replica puts around it too (cache::ParsedServer).
+    let members = fields.values().map(|v| v.get().len() + 16).sum::<usize>();
+    let mut out = String::with_capacity(members + vms.map_or(0, str::len) + 4);
     out.push('{');
     let mut first = true;
     let mut member = |out: &mut String, key: &str, value: &str| {

@@ -377,13 +377,17 @@ impl Store {
                     &[&changed],
                 )
                 .await?;
-            let mut current: Option<(String, String)> = None;
+            // The server whose rows are being read, and its VMs' text so far: one buffer
+            // for all servers, so that the texts kept are the only allocations that stay.
+            let mut current: Option<String> = None;
+            let mut vms = String::new();
             let mut finish = |server: String, vms: &mut String, changes: &mut Changes| -> Result<(), StoreError> {
                 if let Some((at, object)) = objects.remove(&server) {
                     vms.push('}');
                     changes.servers[at].text =
                         Some(super::records::with_vms(&server, &object, Some(vms)).map_err(StoreError)?);
                 }
+                vms.clear();
                 Ok(())
             };
             loop {
@@ -393,12 +397,15 @@ impl Store {
                 }
                 for row in rows {
                     let server: &str = row.get(0);
-                    if current.as_ref().is_some_and(|(s, _)| s != server) {
-                        if let Some((done, mut vms)) = current.take() {
+                    if current.as_deref().is_some_and(|s| s != server) {
+                        if let Some(done) = current.take() {
                             finish(done, &mut vms, &mut changes)?;
                         }
                     }
-                    let (_, vms) = current.get_or_insert_with(|| (server.to_string(), String::from("{")));
+                    if current.is_none() {
+                        current = Some(server.to_string());
+                        vms.push('{');
+                    }
                     if vms.len() > 1 {
                         vms.push(',');
                     }
@@ -407,7 +414,7 @@ impl Store {
                     vms.push_str(row.get(2));
                 }
             }
-            if let Some((done, mut vms)) = current.take() {
+            if let Some(done) = current.take() {
                 finish(done, &mut vms, &mut changes)?;
             }
         }
