@@ -51,6 +51,10 @@ macro_rules! server_model {
             /// the server is read (its data is then at hand) or on first use.
             #[serde(skip)]
             schema: std::sync::OnceLock<Option<String>>,
+            /// `current_platform` read as an instant ([`Server::current_platform_ms`]), on
+            /// first use: a server held across allocations (inventory mode) reads it once.
+            #[serde(skip)]
+            platform_ms: std::sync::OnceLock<Option<f64>>,
         }
 
         impl Server<'_> {
@@ -59,6 +63,8 @@ macro_rules! server_model {
 
             /// The loosely read ([`Js`]) field named `name` on the wire.
             pub fn js_field_mut(&mut self, name: &str) -> Option<&mut Js> {
+                // What is read from the fields on first use is read again after a change.
+                self.platform_ms = std::sync::OnceLock::new();
                 match name {
                     $(stringify!($field) => Some(&mut self.$field),)*
                     _ => None,
@@ -103,6 +109,13 @@ impl<'a> Server<'a> {
     /// `String(server.uuid)`: the key of this server's entry in step reasons.
     pub fn reason_key(&self) -> String {
         self.uuid.to_js_string()
+    }
+
+    /// `current_platform` (a stamp `YYYYMMDDTHHMMSSZ`) as milliseconds since the epoch, read
+    /// as JS reads the equivalent `YYYY-MM-DDTHH:MM:SSZ` (day 30 of February rolls over into
+    /// March); `None` when it is missing, not a string or not such a stamp.
+    pub fn current_platform_ms(&self) -> Option<f64> {
+        *self.platform_ms.get_or_init(|| platform_stamp_ms(&self.current_platform))
     }
 
     /// The server's sysinfo; a missing or non-object sysinfo reads as an empty one.
@@ -385,4 +398,22 @@ pub struct Ticket {
     pub status: Js,
     /// `{owner_uuid, max_physical_memory (MiB), cpu_cap, quota (GiB), brand, disks: [{size (MiB)}]}`.
     pub extra: Js,
+}
+
+/// A platform stamp `YYYYMMDDTHHMMSSZ` as milliseconds since the epoch (see
+/// [`Server::current_platform_ms`]).
+fn platform_stamp_ms(platform: &Js) -> Option<f64> {
+    let text = platform.as_str()?;
+    let b = text.as_bytes();
+    let shaped =
+        b.len() == 16 && b[8] == b'T' && b[15] == b'Z' && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit);
+    if !shaped {
+        return None;
+    }
+    // YYYY-MM-DDTHH:MM:SSZ from the stamp's digits.
+    let mut iso = *b"0000-00-00T00:00:00Z";
+    for (to, from) in [(0..4, 0..4), (5..7, 4..6), (8..10, 6..8), (11..13, 9..11), (14..16, 11..13), (17..19, 13..15)] {
+        iso[to].copy_from_slice(&b[from]);
+    }
+    crate::js::date::parse_js_date(std::str::from_utf8(&iso).ok()?)
 }

@@ -10,13 +10,8 @@
 //! as equal.
 
 use super::shared::scoring::normalize;
-use crate::js::date::parse_js_date;
-use std::collections::HashMap;
-
 use crate::engine::parallel::map_parts;
 use crate::engine::{Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
-use crate::fxhash::FxBuild;
-use crate::js::Js;
 
 pub struct ScoreCurrentPlatform;
 
@@ -45,17 +40,7 @@ impl Plugin for ScoreCurrentPlatform {
         }
         let shared = &*req;
         let stamps: Vec<Option<f64>> = map_parts(servers, |part| {
-            // A datacenter runs a handful of platforms: each distinct stamp is read once.
-            let mut seen: HashMap<&str, Option<f64>, FxBuild> = HashMap::default();
-            part.iter()
-                .map(|&id| {
-                    let platform = &shared.server(id).current_platform;
-                    match platform.as_str() {
-                        Some(text) => *seen.entry(text).or_insert_with(|| platform_ms(platform)),
-                        None => platform_ms(platform),
-                    }
-                })
-                .collect::<Vec<_>>()
+            part.iter().map(|&id| shared.server(id).current_platform_ms()).collect::<Vec<_>>()
         })
         .concat();
         let oldest = stamps.iter().flatten().copied().reduce(f64::min).unwrap_or(0.0);
@@ -73,27 +58,10 @@ impl Plugin for ScoreCurrentPlatform {
     }
 }
 
-/// A platform stamp `YYYYMMDDTHHMMSSZ` as milliseconds since the epoch, read the way JS reads
-/// the equivalent `YYYY-MM-DDTHH:MM:SSZ` (so e.g. day 30 of February rolls over into March).
-fn platform_ms(platform: &Js) -> Option<f64> {
-    let text = platform.as_str()?;
-    let b = text.as_bytes();
-    let shaped =
-        b.len() == 16 && b[8] == b'T' && b[15] == b'Z' && b[..8].iter().chain(&b[9..15]).all(u8::is_ascii_digit);
-    if !shaped {
-        return None;
-    }
-    // YYYY-MM-DDTHH:MM:SSZ from the stamp's digits.
-    let mut iso = *b"0000-00-00T00:00:00Z";
-    for (to, from) in [(0..4, 0..4), (5..7, 4..6), (8..10, 6..8), (11..13, 9..11), (14..16, 11..13), (17..19, 13..15)] {
-        iso[to].copy_from_slice(&b[from]);
-    }
-    parse_js_date(std::str::from_utf8(&iso).ok()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::js::Js;
     use crate::plugins::testing::{run_on, server, with, Fixture, Outcome};
     use serde_json::{json, Value};
 
@@ -190,6 +158,13 @@ mod tests {
         // None readable: all equal.
         let out = run(&Fixture::new(servers(&["x", "y"])).defaults(json!({"weight_current_platform": 1})));
         assert_eq!(scores(&out), [2.0, 2.0]);
+    }
+
+    /// A server's `current_platform` of `value`, read as an instant.
+    fn platform_ms(value: &Js) -> Option<f64> {
+        let servers: Vec<crate::model::Server> =
+            crate::model::from_test_json(&json!([{"uuid": "s", "current_platform": value.to_json()}]));
+        servers[0].current_platform_ms()
     }
 
     #[test]
