@@ -587,11 +587,14 @@ impl<'a> ArrivingText<'a> {
             Err(e) if e.error_len().is_none() => self.valid += e.valid_up_to(),
             Err(_) => return None,
         }
-        if self.valid == before && self.given {
+        // Nothing new, unless the body was finished after its last bytes were taken: the
+        // same text again, now known to be all of it.
+        let now_complete = complete && self.valid == bytes.len();
+        if self.valid == before && self.given && (self.complete || !now_complete) {
             return None;
         }
         self.given = true;
-        self.complete = complete && self.valid == bytes.len();
+        self.complete = now_complete;
         // SAFETY: `bytes[..valid]` was checked as UTF-8 piece by piece, each piece ending on
         // a character boundary, and those bytes never change.
         Some(unsafe { std::str::from_utf8_unchecked(&bytes[..self.valid]) })
@@ -744,6 +747,20 @@ pub(crate) mod tests {
             }
         }
         assert!(streamed_bodies > 10, "only {streamed_bodies} bodies were read while arriving");
+    }
+
+    #[test]
+    fn a_body_finished_after_its_last_bytes_were_taken_is_then_whole() {
+        let body = br#"{"servers":[{"uuid":"a"}],"vm":{},"image":{}}"#;
+        let (arriving, mut writer) = Arriving::new(body.len());
+        writer.push(body);
+        let mut text = ArrivingText { body: &arriving, valid: 0, given: false, complete: false };
+        assert_eq!(text.grow(body.len()).map(str::len), Some(body.len()));
+        assert!(!text.complete, "not finished yet");
+        writer.finish();
+        assert_eq!(text.grow(usize::MAX).map(str::len), Some(body.len()), "the same bytes, now all of it");
+        assert!(text.complete);
+        assert_eq!(text.grow(usize::MAX), None, "nothing more to come");
     }
 
     #[test]
