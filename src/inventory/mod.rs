@@ -75,18 +75,53 @@ pub struct Inventory {
     status: Mutex<Status>,
     wake: tokio::sync::Notify,
     claimer: tokio::sync::mpsc::UnboundedSender<ClaimJob>,
-    /// Generations this replica's own claims committed, not yet notified back: a burst of
-    /// notifications of nothing else needs no catch-up now (the replica counts them).
-    own: Arc<Mutex<HashSet<i64>>>,
-    /// Claim batches sent and not yet answered, and a signal as each one is: a
-    /// notification may arrive before its claim's answer.
-    claiming: Arc<ClaimsInFlight>,
+    /// This replica's own claims, as the notifications they cause are told apart.
+    own_claims: Arc<OwnClaims>,
 }
 
+/// This replica's claims as seen by its notification follower: the batches sent and not
+/// yet answered (a notification may arrive before its claim's answer), and the generations
+/// they committed that have not been notified back yet. A burst of notifications of
+/// nothing else needs no catch-up now: the replica counts those claims already.
 #[derive(Default)]
-struct ClaimsInFlight {
-    batches: std::sync::atomic::AtomicUsize,
+struct OwnClaims {
+    batches_in_flight: std::sync::atomic::AtomicUsize,
     answered: tokio::sync::Notify,
+    committed: Mutex<HashSet<i64>>,
+}
+
+impl OwnClaims {
+    fn batch_sent(&self) {
+        self.batches_in_flight.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A batch answered; `generations` are those its claims committed.
+    fn batch_answered(&self, generations: impl Iterator<Item = i64>) {
+        {
+            let mut committed = lock(&self.committed);
+            if committed.len() > OWN_REMEMBERED {
+                committed.clear();
+            }
+            committed.extend(generations);
+        }
+        self.batches_in_flight.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.answered.notify_one();
+    }
+
+    fn none_in_flight(&self) -> bool {
+        self.batches_in_flight.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    /// Whether `generation` was committed by an own claim (forgotten once asked).
+    fn take(&self, generation: i64) -> bool {
+        lock(&self.committed).remove(&generation)
+    }
+
+    /// Leaves in `generations` only those not committed by own claims.
+    fn keep_others(&self, generations: &mut Vec<i64>) {
+        let mut committed = lock(&self.committed);
+        generations.retain(|g| !committed.remove(g));
+    }
 }
 
 /// How long the catch-up after notifications of own claims alone may wait: it moves the
@@ -151,11 +186,10 @@ impl Inventory {
             status: Mutex::new(Status { listening: false, refreshed: Instant::now(), last_error: None }),
             wake: tokio::sync::Notify::new(),
             claimer,
-            own: Arc::default(),
-            claiming: Arc::default(),
+            own_claims: Arc::default(),
         });
         inventory.refresh().await?;
-        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs, inventory.own.clone(), inventory.claiming.clone()));
+        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs, inventory.own_claims.clone()));
         let listener = inventory.clone();
         tokio::spawn(async move { listener.follow().await });
         let refresher = inventory.clone();
@@ -294,15 +328,12 @@ impl Inventory {
     /// that arrives before its claim's answer waits for the claims in flight
     /// ([`UNKNOWN_CATCH_UP_AFTER`] at most).
     async fn follow_notifications(&self, rx: &mut tokio::sync::mpsc::UnboundedReceiver<Option<i64>>) {
-        use std::sync::atomic::Ordering;
         let mut own_since: Option<tokio::time::Instant> = None;
         let mut unknown: Vec<i64> = Vec::new();
         let mut unknown_since = tokio::time::Instant::now();
         loop {
-            if !unknown.is_empty() && self.claiming.batches.load(Ordering::Acquire) == 0 {
-                let mut own = lock(&self.own);
-                unknown.retain(|g| !own.remove(g));
-                drop(own);
+            if !unknown.is_empty() && self.own_claims.none_in_flight() {
+                self.own_claims.keep_others(&mut unknown);
                 if unknown.is_empty() {
                     own_since.get_or_insert_with(tokio::time::Instant::now);
                 } else {
@@ -321,7 +352,7 @@ impl Inventory {
             tokio::select! {
                 notified = rx.recv() => match notified {
                     None => return,
-                    Some(Some(generation)) if lock(&self.own).remove(&generation) => {
+                    Some(Some(generation)) if self.own_claims.take(generation) => {
                         own_since.get_or_insert_with(tokio::time::Instant::now);
                     }
                     Some(Some(generation)) => {
@@ -335,7 +366,7 @@ impl Inventory {
                         self.wake.notify_one();
                     }
                 },
-                _ = self.claiming.answered.notified(), if !unknown.is_empty() => {}
+                _ = self.own_claims.answered.notified(), if !unknown.is_empty() => {}
                 _ = tokio::time::sleep_until(due.unwrap_or(now)), if due.is_some() => {
                     (own_since, unknown) = (None, Vec::new());
                     self.wake.notify_one();
@@ -619,11 +650,9 @@ async fn claim_batches(
     store: Store,
     ttl_s: u64,
     mut jobs: tokio::sync::mpsc::UnboundedReceiver<ClaimJob>,
-    own_generations: Arc<Mutex<HashSet<i64>>>,
-    claiming: Arc<ClaimsInFlight>,
+    own_claims: Arc<OwnClaims>,
 ) {
-    use std::sync::atomic::Ordering;
-    let mut own: HashMap<String, OwnChain> = HashMap::new();
+    let mut chains: HashMap<String, OwnChain> = HashMap::new();
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -637,7 +666,7 @@ async fn claim_batches(
             .iter()
             .map(|job| {
                 let follows = !in_batch.insert(job.server_uuid.as_str());
-                let expected = match own.get(&job.server_uuid) {
+                let expected = match chains.get(&job.server_uuid) {
                     Some(chain) if chain.latest == job.seen || chain.from.contains(&job.seen) => chain.latest,
                     _ => job.seen,
                 };
@@ -650,28 +679,21 @@ async fn claim_batches(
                 }
             })
             .collect();
-        claiming.batches.fetch_add(1, Ordering::AcqRel);
+        own_claims.batch_sent();
         let answered = store.claim_batch(&requests, ttl_s).await;
-        if let Ok(results) = &answered {
-            let mut notified_back = lock(&own_generations);
-            if notified_back.len() > OWN_REMEMBERED {
-                notified_back.clear();
-            }
-            notified_back.extend(results.iter().flatten().map(|&(generation, _)| generation));
-        }
-        claiming.batches.fetch_sub(1, Ordering::AcqRel);
-        claiming.answered.notify_one();
+        let committed = answered.iter().flatten().flatten().map(|&(generation, _)| generation);
+        own_claims.batch_answered(committed);
         match answered {
             Ok(results) => {
-                if own.len() > 100_000 {
-                    own.clear();
+                if chains.len() > 100_000 {
+                    chains.clear();
                 }
 
                 for (job, (request, result)) in batch.into_iter().zip(requests.iter().zip(results)) {
                     if let Some((generation, _)) = result {
                         // The server went from the expected generation (or, following a
                         // claim of this batch, from that one's) to `generation`, by us.
-                        let chain = own.entry(request.server_uuid.clone()).or_default();
+                        let chain = chains.entry(request.server_uuid.clone()).or_default();
                         if request.follows || chain.latest == request.expected {
                             let latest = chain.latest;
                             chain.from.push_back(latest);

@@ -75,6 +75,20 @@ pub struct ServerChange {
     pub text: Option<String>,
 }
 
+impl ServerChange {
+    /// A server's move as a catch-up row holds it from column `at` on (uuid, generation,
+    /// position, deleted), its text not yet known.
+    fn moved(row: &tokio_postgres::Row, at: usize) -> ServerChange {
+        ServerChange {
+            uuid: row.get(at),
+            generation: row.get(at + 1),
+            position: row.get(at + 2),
+            deleted: row.get(at + 3),
+            text: None,
+        }
+    }
+}
+
 /// VM rows read at a time by a catch-up: a replica's first one reads every VM, and rows
 /// held all at once would double its start-up peak (and strand their freed pages in the
 /// arena of the thread that read them).
@@ -89,6 +103,19 @@ pub struct StoredClaim {
     pub resources: String,
     /// Unix seconds.
     pub expires: f64,
+}
+
+impl StoredClaim {
+    /// A claim as a catch-up row holds it from column `at` on (vm_uuid, server_uuid,
+    /// resources, expires).
+    fn read(row: &tokio_postgres::Row, at: usize) -> StoredClaim {
+        StoredClaim {
+            vm_uuid: row.get(at),
+            server_uuid: row.get(at + 1),
+            resources: row.get(at + 2),
+            expires: row.get(at + 3),
+        }
+    }
 }
 
 /// What changed since a generation.
@@ -352,20 +379,13 @@ impl Store {
         // Objects waiting for their VMs: by uuid, with their change's place.
         let mut objects: std::collections::HashMap<String, (usize, String)> = Default::default();
         for row in rows {
-            let uuid: String = row.get(0);
-            let object: Option<String> = row.get(4);
-            touched.push(uuid.clone());
-            if let Some(object) = object {
-                changed.push(uuid.clone());
-                objects.insert(uuid.clone(), (changes.servers.len(), object));
+            let change = ServerChange::moved(&row, 0);
+            touched.push(change.uuid.clone());
+            if let Some(object) = row.get::<_, Option<String>>(4) {
+                changed.push(change.uuid.clone());
+                objects.insert(change.uuid.clone(), (changes.servers.len(), object));
             }
-            changes.servers.push(ServerChange {
-                uuid,
-                generation: row.get(1),
-                position: row.get(2),
-                deleted: row.get(3),
-                text: None,
-            });
+            changes.servers.push(change);
         }
         if !changed.is_empty() {
             // A server's VMs come together (ordered by server): its text is made as soon
@@ -431,10 +451,7 @@ impl Store {
                 &[&since, &touched],
             )
             .await?;
-        changes.claims = claims
-            .iter()
-            .map(|r| StoredClaim { vm_uuid: r.get(0), server_uuid: r.get(1), resources: r.get(2), expires: r.get(3) })
-            .collect();
+        changes.claims = claims.iter().map(|row| StoredClaim::read(row, 0)).collect();
         tx.commit().await?;
         Ok(changes)
     }
@@ -450,36 +467,26 @@ impl Store {
             .prepare_cached(
                 "WITH s AS (SELECT uuid, generation, position, deleted, revision > $1 AND NOT deleted AS changed \
                  FROM servers WHERE generation > $1) \
-                 SELECT 0 AS kind, uuid, NULL::text AS server_uuid, NULL::text AS resources, generation, position, \
-                 deleted, changed, NULL::float8 AS expires, NULL::timestamptz AS created FROM s \
+                 SELECT 0 AS kind, uuid, generation, position, deleted, changed, \
+                 NULL::text AS vm_uuid, NULL::text AS server_uuid, NULL::text AS resources, \
+                 NULL::float8 AS expires, NULL::timestamptz AS created FROM s \
                  UNION ALL \
-                 SELECT 1, c.vm_uuid, c.server_uuid, c.resources::text, NULL, NULL, NULL, NULL, \
+                 SELECT 1, NULL, NULL, NULL, NULL, NULL, c.vm_uuid, c.server_uuid, c.resources::text, \
                  extract(epoch FROM c.expires)::float8, c.created FROM s, \
                  LATERAL (SELECT * FROM claims WHERE server_uuid = s.uuid AND expires > now() OFFSET 0) c \
-                 ORDER BY kind, created, uuid",
+                 ORDER BY kind, created, vm_uuid, uuid",
             )
             .await?;
         let rows = client.query(&statement, &[&since]).await?;
         let mut changes = Changes::default();
         for row in rows {
             if row.get::<_, i32>(0) == 0 {
-                if row.get::<_, bool>(7) {
+                if row.get::<_, bool>(5) {
                     return Ok(None);
                 }
-                changes.servers.push(ServerChange {
-                    uuid: row.get(1),
-                    generation: row.get(4),
-                    position: row.get(5),
-                    deleted: row.get(6),
-                    text: None,
-                });
+                changes.servers.push(ServerChange::moved(&row, 1));
             } else {
-                changes.claims.push(StoredClaim {
-                    vm_uuid: row.get(1),
-                    server_uuid: row.get(2),
-                    resources: row.get(3),
-                    expires: row.get(8),
-                });
+                changes.claims.push(StoredClaim::read(&row, 6));
             }
         }
         Ok(Some(changes))
