@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use super::store::ServerChange;
-use crate::engine::vm_index::VmIndex;
 use crate::engine::HeldTickets;
 use crate::engine::{Held, KeyTable, Lookups};
 use crate::model::Server;
@@ -294,10 +293,6 @@ impl Model {
                 index.append_server(&self.servers, id);
             }
         }
-        if self.lookups.vm_index.get().is_none() {
-            self.rebuild_lookups();
-            return;
-        }
         self.lookups.keys = std::sync::OnceLock::new();
         let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
@@ -372,10 +367,11 @@ impl Model {
         self.rebuild_lookups();
     }
 
-    /// Builds the look-ups now, off the allocations' path.
+    /// Builds the key table now, off the allocations' path. The VM index (about 35 bytes
+    /// a VM) is left to the first allocation that looks a VM up (affinity, volumes-from):
+    /// a datacenter never asked for one does not hold it. Once built it is kept current.
     fn rebuild_lookups(&mut self) {
         self.lookups = Lookups::default();
-        let _ = self.lookups.vm_index.set(VmIndex::build(&self.servers));
         let _ = self.lookups.keys.set(std::sync::Arc::new(KeyTable::new(&self.servers)));
     }
 
@@ -402,6 +398,7 @@ impl Model {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::vm_index::VmIndex;
 
     fn server(uuid: &str, vms: &[&str]) -> String {
         let vms: Vec<String> =
@@ -421,7 +418,8 @@ mod tests {
         let applied = model.apply(prepare(changes).expect("parses"));
         assert_eq!((applied.appended, applied.rebuilt), (2, false));
         assert_eq!((model.uuid(0), model.uuid(1)), ("a", "b"), "in position order");
-        assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(3));
+        assert!(model.lookups.vm_index.get().is_none(), "built on first use");
+        assert_eq!(model.lookups.vm_index.get_or_init(|| VmIndex::build(model.servers())).len(), 3);
         let applied = model.apply(prepare(vec![change("b", 3, 2, Some(server("b", &["v4", "v5"])))]).expect("parses"));
         assert_eq!(applied, Applied { reparsed: 1, bumped: 0, appended: 0, rebuilt: false });
         assert_eq!(model.servers()[1].inline_vm_count(), 2);
@@ -455,6 +453,7 @@ mod tests {
         let deleted = ServerChange { deleted: true, ..change("a", 8, 1, None) };
         assert!(model.apply(prepare(vec![deleted]).expect("parses")).rebuilt);
         assert_eq!((model.len(), model.uuid(0)), (1, "b"));
-        assert_eq!(model.lookups.vm_index.get().map(VmIndex::len), Some(2));
+        assert!(model.lookups.vm_index.get().is_none(), "made again on next use");
+        assert_eq!(VmIndex::build(model.servers()).len(), 2);
     }
 }
