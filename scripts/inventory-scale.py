@@ -121,7 +121,9 @@ def main():
         times, statuses, answer_bytes = [], {}, 0
         for i in range(args.allocations):
             body = dict(vm_only)
-            body["vm"] = dict(body["vm"], uuid=f"5ca1e000-0000-4000-8000-{i:012d}")
+            vm_uuid = f"5ca1e000-0000-4000-8000-{i:012d}"
+            # `vm_uuid` is what inventory mode claims for (before `uuid`): each allocation a new VM
+            body["vm"] = dict(body["vm"], vm_uuid=vm_uuid, uuid=vm_uuid)
             t = time.monotonic()
             status, answer = post(port, "/allocate?steps=counts", json.dumps(body).encode())
             times.append(time.monotonic() - t)

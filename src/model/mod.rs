@@ -55,6 +55,10 @@ macro_rules! server_model {
             /// first use: a server held across allocations (inventory mode) reads it once.
             #[serde(skip)]
             platform_ms: std::sync::OnceLock<Option<f64>>,
+            /// `next_reboot` as `score-next-reboot` reads it ([`Server::reboot_key`]), on
+            /// first use.
+            #[serde(skip)]
+            reboot: std::sync::OnceLock<RebootKey>,
         }
 
         impl Server<'_> {
@@ -65,6 +69,7 @@ macro_rules! server_model {
             pub fn js_field_mut(&mut self, name: &str) -> Option<&mut Js> {
                 // What is read from the fields on first use is read again after a change.
                 self.platform_ms = std::sync::OnceLock::new();
+                self.reboot = std::sync::OnceLock::new();
                 match name {
                     $(stringify!($field) => Some(&mut self.$field),)*
                     _ => None,
@@ -72,6 +77,17 @@ macro_rules! server_model {
             }
         }
     };
+}
+
+/// A server's `next_reboot` as `score-next-reboot` orders it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootKey {
+    /// None, or one before the last boot.
+    Unscheduled,
+    /// A date in the one form whose string order is its time order (milliseconds).
+    At(i64),
+    /// Anything else: ordered the JS way, by the scorer's general path.
+    Unusual,
 }
 
 server_model! {
@@ -116,6 +132,12 @@ impl<'a> Server<'a> {
     /// March); `None` when it is missing, not a string or not such a stamp.
     pub fn current_platform_ms(&self) -> Option<f64> {
         *self.platform_ms.get_or_init(|| platform_stamp_ms(&self.current_platform))
+    }
+
+    /// The server's scheduled reboot as `read` (the scorer's rule) finds it, read once: a
+    /// server held across allocations (inventory mode, placing many VMs) is not read again.
+    pub fn reboot_key(&self, read: impl FnOnce(&Self) -> RebootKey) -> RebootKey {
+        *self.reboot.get_or_init(|| read(self))
     }
 
     /// The server's sysinfo; a missing or non-object sysinfo reads as an empty one.

@@ -21,6 +21,7 @@ use crate::js::sort::js_sort_by;
 use std::borrow::Cow;
 
 use crate::js::{js_gt, js_lt, str_cmp, Js};
+use crate::model::RebootKey;
 
 pub struct ScoreNextReboot;
 
@@ -101,7 +102,69 @@ fn primitive(value: &Js) -> Cow<'_, Js> {
 /// throw (an unreadable date becomes the latest reboot or a bucket's anchor), the servers
 /// with unreadable dates are counted as unscheduled instead.
 fn buckets(req: &Request<'_>, servers: &[ServerId]) -> Vec<Vec<ServerId>> {
-    bucket(req, servers, false).or_else(|| bucket(req, servers, true)).unwrap_or_else(|| vec![servers.to_vec()])
+    dated_buckets(req, servers)
+        .or_else(|| bucket(req, servers, false))
+        .or_else(|| bucket(req, servers, true))
+        .unwrap_or_else(|| vec![servers.to_vec()])
+}
+
+/// How a server's `next_reboot` is ordered: unscheduled (none, or before the last boot), a
+/// date in the form `toISOString` writes (years 1971 to 9999, the week before it in that
+/// form too), or anything else.
+fn reboot_key(server: &crate::model::Server<'_>) -> RebootKey {
+    let next = primitive(&server.next_reboot);
+    if !next.truthy() || js_lt(&next, &primitive(&server.last_boot)) {
+        return RebootKey::Unscheduled;
+    }
+    let Some(text) = next.as_str() else { return RebootKey::Unusual };
+    let ms = parse_js_date(text).filter(|&ms| ms >= FIRST_DATED_MS);
+    match ms.and_then(|ms| to_iso_string(ms).filter(|iso| iso == text).map(|_| ms as i64)) {
+        Some(ms) => RebootKey::At(ms),
+        None => RebootKey::Unusual,
+    }
+}
+
+/// 1971-01-01T00:00:00.000Z: from then on, a date and the week before it are written with
+/// four-digit years, so that their strings compare as their times do.
+const FIRST_DATED_MS: f64 = 31_536_000_000.0;
+
+/// [`bucket`] when every scheduled reboot is such a date (the usual case): the strings'
+/// order is the times', so the same buckets come from integers, each server's read once.
+/// `None` when some date is not of that form.
+fn dated_buckets(req: &Request<'_>, servers: &[ServerId]) -> Option<Vec<Vec<ServerId>>> {
+    let keys = map_servers(servers, |id| req.server(id).reboot_key(reboot_key));
+    let mut unscheduled = Vec::new();
+    let mut scheduled: Vec<(i64, ServerId)> = Vec::new();
+    for (&id, key) in servers.iter().zip(keys) {
+        match key {
+            RebootKey::Unscheduled => unscheduled.push(id),
+            RebootKey::At(ms) => scheduled.push((ms, id)),
+            RebootKey::Unusual => return None,
+        }
+    }
+    let mut buckets = Vec::new();
+    if !unscheduled.is_empty() {
+        buckets.push(unscheduled);
+    }
+    // As the general path: ascending (stable), then reversed.
+    scheduled.sort_by_key(|&(ms, _)| ms);
+    scheduled.reverse();
+    let week = WEEK_MS as i64;
+    let mut limit = scheduled.first().map_or(0, |&(latest, _)| latest - week);
+    let mut bucket = Vec::new();
+    for (ms, id) in scheduled {
+        if ms > limit {
+            bucket.push(id);
+        } else {
+            buckets.push(std::mem::take(&mut bucket));
+            bucket.push(id);
+            limit = ms - week;
+        }
+    }
+    if !bucket.is_empty() {
+        buckets.push(bucket);
+    }
+    Some(buckets)
 }
 
 /// One bucketing pass; `None` where the original throws. With `strict`, only dates that can
@@ -318,5 +381,29 @@ mod tests {
             vec![at("none", None, None), with(server("old"), json!({"next_reboot": "1969-06-01T00:00:00.000Z"}))];
         let out = run(&Fixture::new(list).defaults(json!({"weight_next_reboot": 2})));
         assert_eq!(scores(&out), [3.0, 1.0]);
+    }
+
+    #[test]
+    fn dates_in_iso_form_are_bucketed_as_their_strings_would_be() {
+        // Ties, stale reboots, weeks apart and just within one, in a scrambled order.
+        let offsets = [75.0, 70.0, 10.0, 70.0, 3.0, -35.0, 0.0, 6.999, 7.0, 14.0, 13.5, 70.0, 200.0, 193.0];
+        let mut list: Vec<Value> =
+            offsets.iter().enumerate().map(|(i, &o)| at(&format!("s{i}"), Some(o), Some(-30.0))).collect();
+        list.push(at("none", None, None));
+        let f = Fixture::new(list);
+        let req = f.request();
+        let servers: Vec<ServerId> = (0..req.servers.len()).rev().collect();
+        let dated = dated_buckets(&req, &servers).expect("every date in ISO form");
+        assert_eq!(Some(dated), bucket(&req, &servers, false));
+        // One date in another form: the general path decides.
+        let odd = with(server("odd"), json!({"next_reboot": "2016-04-20"}));
+        let f = Fixture::new(vec![at("a", Some(3.0), None), odd]);
+        let req = f.request();
+        assert_eq!(dated_buckets(&req, &[0, 1]), None);
+        assert_eq!(reboot_key(req.server(0)), RebootKey::At((NOW_MS + 3.0 * DAY_MS) as i64));
+        // A day that overflows into the next month reads as a later date than its string.
+        let overflow = with(server("feb"), json!({"next_reboot": "2015-02-30T00:00:00.000Z"}));
+        let f = Fixture::new(vec![overflow]);
+        assert_eq!(reboot_key(f.request().server(0)), RebootKey::Unusual);
     }
 }
