@@ -359,7 +359,10 @@ pub(super) fn score(
         plugin.run(req, &servers, &mut Reasons::discarding())?;
         let deltas: Vec<f64> = servers.iter().map(|&id| req.state(id).score).collect();
         servers.iter().zip(before).for_each(|(&id, score)| req.set_score(id, score));
-        *increments = Some(if plugin.order_free(req) {
+        // Order-freedom depends on the request and the servers' facts only, which the
+        // increments replaced were kept under too: asked again only when they were not.
+        let order_free = matches!(increments, Some(Increments::ByServer { .. })) || plugin.order_free(req);
+        *increments = Some(if order_free {
             let mut by_server = vec![None; server_count];
             servers.iter().zip(&deltas).for_each(|(&id, &delta)| by_server[id] = Some(delta));
             Increments::ByServer { count: servers.len(), deltas: by_server }

@@ -167,7 +167,8 @@ pub trait Plugin: Sync + Send {
     /// For a list-only scorer ([`Declaration::list_only`]): whether, for this request, its
     /// increments depend only on which servers it is given, not on their order (a scorer
     /// working from the list's minimum and maximum, say). Its increments may then be added
-    /// again while the same servers come in another order.
+    /// again while the same servers come in another order. It may read the request and the
+    /// servers' facts, not their state: the answer is kept while those stay the same.
     fn order_free(&self, _req: &Request<'_>) -> bool {
         false
     }
