@@ -113,7 +113,7 @@ fn buckets(req: &Request<'_>, servers: &[ServerId]) -> Vec<Vec<ServerId>> {
 /// form too), or anything else.
 fn reboot_key(server: &crate::model::Server<'_>) -> RebootKey {
     let next = primitive(&server.next_reboot);
-    if !next.truthy() || js_lt(&next, &primitive(&server.last_boot)) {
+    if is_unscheduled(&next, server) {
         return RebootKey::Unscheduled;
     }
     let Some(text) = next.as_str() else { return RebootKey::Unusual };
@@ -122,6 +122,11 @@ fn reboot_key(server: &crate::model::Server<'_>) -> RebootKey {
         Some(ms) => RebootKey::At(ms),
         None => RebootKey::Unusual,
     }
+}
+
+/// No reboot, or one before the last boot (stale: as good as none).
+fn is_unscheduled(next: &Js, server: &crate::model::Server<'_>) -> bool {
+    !next.truthy() || js_lt(next, &primitive(&server.last_boot))
 }
 
 /// 1971-01-01T00:00:00.000Z: from then on, a date and the week before it are written with
@@ -177,9 +182,7 @@ fn bucket(req: &Request<'_>, servers: &[ServerId], strict: bool) -> Option<Vec<V
     let dates = map_servers(servers, |id| {
         let server = req.server(id);
         let next = primitive(&server.next_reboot);
-        // A reboot before the last boot is stale: as good as none.
-        let stale = !next.truthy() || js_lt(&next, &primitive(&server.last_boot));
-        (!stale && (!strict || week_before(&next).is_some())).then_some(next)
+        (!is_unscheduled(&next, server) && (!strict || week_before(&next).is_some())).then_some(next)
     });
     for (&id, next) in servers.iter().zip(dates) {
         match next {
