@@ -194,6 +194,19 @@ async fn feeding_is_validated_like_allocate() {
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
     assert!(got.json()["vms"].get(uuid(7, 1)).is_some(), "the VM is listed on its server");
+    // Pretty-printed feeds are stored without the whitespace between their tokens.
+    for (path, body) in
+        [(format!("/inventory/servers/{s1}"), server(&s1)), (format!("/inventory/vms/{}", uuid(7, 1)), vm)]
+    {
+        let pretty = serde_json::to_vec_pretty(&body).expect("json");
+        let reply = send(a.addr, "PUT", &path, &[("Content-Type", "application/json")], &pretty).await;
+        assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    }
+    let spaced =
+        "SELECT count(*) FROM (SELECT object::text AS t FROM servers UNION ALL SELECT object::text FROM vms) o \
+                  WHERE strpos(t, E'\\n') > 0 OR strpos(t, ': ') > 0";
+    assert_eq!(pg.psql("feeding", spaced), "0", "stored compact");
+    assert_ne!(pg.psql("feeding", "SELECT count(*) FROM vms"), "0", "VMs were checked too");
     // An allocation without a VM uuid cannot claim.
     let mut request = big_vm(&uuid(9, 1));
     request["vm"].as_object_mut().expect("object").remove("vm_uuid");
