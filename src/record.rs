@@ -86,7 +86,7 @@ pub struct AnswerAsked {
 /// One server's JSON, `text[range]`, in a text shared with its holder.
 #[derive(Debug, Clone)]
 pub struct SharedText {
-    pub text: Arc<str>,
+    pub text: Arc<String>,
     pub range: Range<usize>,
 }
 
@@ -473,7 +473,7 @@ mod tests {
 
     #[test]
     fn an_inventory_record_holds_the_servers_and_claims_it_was_decided_on() {
-        let text: Arc<str> = Arc::from(r#"[{"uuid":"s1"},{"uuid":"s2"}]"#);
+        let text = Arc::new(r#"[{"uuid":"s1"},{"uuid":"s2"}]"#.to_string());
         let on = DecidedOn {
             servers: vec![
                 SharedText { text: text.clone(), range: 1..14 },

@@ -28,17 +28,23 @@ pub struct ParsedServer {
     raw: &'static str,
     /// Shared, so that a record of an allocation can keep the texts it was decided on
     /// without copying them.
-    text: Arc<str>,
+    text: Arc<String>,
 }
 
 impl ParsedServer {
-    /// Parses one server object (as it would be read inside a request's `servers`).
-    pub fn new(object: &str) -> Result<ParsedServer, String> {
-        let text: Arc<str> = Arc::from(format!("[{object}]"));
-        // SAFETY: `server` and `raw` borrow from `text`, whose bytes never move (an Arc's
-        // heap data stays put when the Arc moves) and are never changed; they are
-        // dropped before it (field order), and handed out only while `self` is borrowed.
-        let borrowed: &'static str = unsafe { &*(text.as_ref() as *const str) };
+    /// Parses one server object (as it would be read inside a request's `servers`). The
+    /// text is kept, not copied: a replica's first catch-up reads every server's, and a
+    /// copy each left the heap holed by the freed ones.
+    pub fn new(mut object: String) -> Result<ParsedServer, String> {
+        object.reserve_exact(2);
+        object.insert(0, '[');
+        object.push(']');
+        let text = Arc::new(object);
+        // SAFETY: `server` and `raw` borrow from `text`, whose bytes never move (the
+        // String's heap buffer stays put when the Arc moves) and are never changed (the
+        // Arc is never made mutable); they are dropped before it (field order), and
+        // handed out only while `self` is borrowed.
+        let borrowed: &'static str = unsafe { &*(text.as_str() as *const str) };
         let (mut raw, mut servers) = parse_capacity_body(borrowed.as_bytes()).map_err(|e| format!("{e:?}"))?;
         match (raw.pop(), servers.pop()) {
             (Some(raw), Some(server)) if servers.is_empty() => Ok(ParsedServer { server, raw, text }),
@@ -72,7 +78,7 @@ pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
                 // (a replica's first catch-up: 50 MB of them at 5,000 servers).
                 crate::wire::pages::release_freed_heap();
             }
-            let parsed = match &c.text {
+            let parsed = match c.text {
                 Some(text) => Some(ParsedServer::new(text).map_err(|e| format!("server {}: {e}", c.uuid))?),
                 None => None,
             };
@@ -82,7 +88,7 @@ pub fn prepare(changes: Vec<ServerChange>) -> Result<Vec<Prepared>, String> {
 }
 
 /// One server while the order is rebuilt: position, uuid, generation, parsed, raw, text.
-type Row = (i64, String, i64, Server<'static>, &'static str, Arc<str>);
+type Row = (i64, String, i64, Server<'static>, &'static str, Arc<String>);
 
 /// The servers allocations run on, in inventory order.
 pub struct Model {
@@ -90,7 +96,7 @@ pub struct Model {
     servers: Vec<Server<'static>>,
     raw: Vec<&'static str>,
     lookups: Lookups,
-    texts: Vec<Arc<str>>,
+    texts: Vec<Arc<String>>,
     uuids: Vec<String>,
     positions: Vec<i64>,
     /// Each server's generation; an own claim moves it without the write lock.

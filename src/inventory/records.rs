@@ -182,7 +182,8 @@ pub fn with_vms(uuid: &str, object: &str, vms: Option<&str>) -> Result<String, S
 /// `JSON.parse` reads (a lone surrogate): the texts were read that way already.
 fn object_text(fields: &IndexMap<String, &RawValue>, vms: Option<&str>) -> String {
     // Room for the brackets a replica puts around it too (cache::ParsedServer).
-    let members = fields.values().map(|v| v.get().len() + 16).sum::<usize>();
+    // (A key, its quotes, colon and comma: escapes in keys are rare enough to regrow for.)
+    let members = fields.iter().map(|(k, v)| k.len() + 4 + v.get().len()).sum::<usize>();
     let mut out = String::with_capacity(members + vms.map_or(0, str::len) + 4);
     out.push('{');
     let mut first = true;
