@@ -685,3 +685,73 @@ fn a_wrong_url_is_a_clear_start_up_error() {
     let err = rt.block_on(Inventory::start(&config.inventory)).err().expect("unreachable database");
     assert!(err.to_string().to_lowercase().contains("connect"), "{err}");
 }
+
+/// Each step's name and how many servers it left, whatever the steps' form.
+fn step_counts(answer: &Value) -> Vec<(String, usize)> {
+    let steps = answer["steps"].as_array().cloned().unwrap_or_default();
+    steps
+        .iter()
+        .map(|step| {
+            let count = step["remaining_count"]
+                .as_u64()
+                .map(|n| n as usize)
+                .or_else(|| step["remaining"].as_array().map(Vec::len))
+                .expect("a count or a list");
+            (step["step"].as_str().unwrap_or_default().to_string(), count)
+        })
+        .collect()
+}
+
+/// A VM placed again (a retried provision: its claim is held already and left out of its
+/// own tickets) is decided on the recurring path as the full chain decides it, and so is
+/// the next VM, which counts that claim again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_vm_placed_again_is_decided_as_the_full_chain_decides_it() {
+    let Some(pg) = pg::start("inventory placed again") else { return };
+    let url = pg.database("again");
+    let a = replica(None, &url, &[]).await;
+    // Servers of 2 or 3 such VMs each, told apart by their RAM: which one a VM gets
+    // depends on every claim counted.
+    for (i, gib) in [160u64, 192, 224, 256, 288].iter().enumerate() {
+        let uuid = uuid(1, i + 1);
+        let mut s = server(&uuid);
+        s["vms"] = json!({});
+        s["memory_total_bytes"] = json!(gib << 30);
+        s["memory_available_bytes"] = json!(gib << 30);
+        let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
+        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    }
+    let place = |vm: usize, steps: &'static str| {
+        let addr = a.addr;
+        async move {
+            let reply = post_json(addr, &format!("/allocate?steps={steps}"), &big_vm(&uuid(9, vm))).await;
+            (reply.status, reply.json())
+        }
+    };
+    let mut placed = 0;
+    for vm in 1..=8 {
+        let (status, answer) = place(vm, "counts").await;
+        if status != 200 {
+            break;
+        }
+        assert!(answer["server"]["uuid"].is_string(), "{answer}");
+        placed = vm;
+    }
+    assert!(placed >= 4, "the servers took only {placed} VMs");
+    for vm in [2, placed] {
+        // Counts: the recurring path; full: the whole chain. The first placing again moves
+        // the claim (or keeps it): the second sees the same claims.
+        let (status, recurring) = place(vm, "counts").await;
+        let (full_status, full) = place(vm, "full").await;
+        assert_eq!((status, full_status), (200, 200), "{recurring} {full}");
+        assert_eq!(recurring["server"]["uuid"], full["server"]["uuid"], "VM {vm} placed again");
+        assert_eq!(step_counts(&recurring), step_counts(&full), "VM {vm} placed again");
+        // The next VM counts that claim again.
+        let next = placed + 1 + vm;
+        let (status, recurring) = place(next, "counts").await;
+        let (full_status, full) = place(next, "full").await;
+        assert_eq!(status, full_status, "{recurring} {full}");
+        assert_eq!(recurring["server"]["uuid"], full["server"]["uuid"], "VM {next} after a VM placed again");
+        assert_eq!(step_counts(&recurring), step_counts(&full), "VM {next} after a VM placed again");
+    }
+}

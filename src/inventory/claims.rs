@@ -271,9 +271,10 @@ pub struct ClaimTickets<'c> {
 }
 
 impl ClaimTickets<'_> {
-    /// Whether the VM being placed holds a claim already (left out here).
-    pub fn leaves_out_own(&self) -> bool {
-        self.except.is_some()
+    /// The server of the claim the VM being placed holds already (left out here), if any.
+    pub fn own_claim_server(&self) -> Option<&str> {
+        let entry = self.claims.entries.get(&self.except?)?;
+        Some(entry.claim.server_uuid.as_str())
     }
 }
 

@@ -468,12 +468,12 @@ impl Inventory {
                     }
                     let held = model.held(&tickets);
                     // A VM placed again holds a claim already, left out of its own tickets.
-                    let own_claim = tickets.leaves_out_own();
+                    let own_claim = tickets.own_claim_server();
                     match recurrence.as_deref_mut() {
-                        Some(slot) if !own_claim => {
+                        Some(slot) => {
                             recurred = true;
                             crate::engine::parallel::on_one_core(|| {
-                                Recurrence::allocate(slot, engine, &model, &claims, held, request)
+                                Recurrence::allocate(slot, engine, &model, &claims, held, request, own_claim)
                             })
                         }
                         _ => engine.allocate_on(held, request, explain),
@@ -583,6 +583,9 @@ struct Recurrence {
     revisions: Vec<u64>,
     /// [`Claims::changes`] then.
     claim_changes: u64,
+    /// The server whose claim was left out then (a VM placed again does not count its
+    /// own): its tickets differ from the claims' both then and at the next allocation.
+    left_out: Option<String>,
 }
 
 impl Recurrence {
@@ -590,7 +593,8 @@ impl Recurrence {
     /// found for the next allocation of its shape: the servers changed since the last one
     /// (their generation moved, or their tickets) are the only ones run through the
     /// per-server part again; a new shape, or servers added, deleted or reordered, start
-    /// afresh.
+    /// afresh. `left_out`: the server of the placed VM's own claim, left out of `held`.
+    #[allow(clippy::too_many_arguments)]
     fn allocate(
         slot: &mut Option<Recurrence>,
         engine: &Engine,
@@ -598,6 +602,7 @@ impl Recurrence {
         claims: &Claims,
         held: crate::engine::Held<'_>,
         request: &AllocateBody<'_>,
+        left_out: Option<&str>,
     ) -> Result<Allocation, crate::engine::PluginError> {
         if slot.as_ref().is_some_and(|r| !r.shape.fits(request)) {
             *slot = None;
@@ -609,15 +614,19 @@ impl Recurrence {
             generations: Vec::new(),
             revisions: Vec::new(),
             claim_changes: 0,
+            left_out: None,
         });
         let n = model.len();
         let known = r.layout == model.layout() && r.generations.len() == n && r.revisions.len() == n;
         let changed: Option<Vec<ServerId>> =
             known.then(|| claims.changed_since(r.claim_changes)).flatten().map(|servers| {
-                let mut ids: Vec<ServerId> = servers.filter_map(|uuid| model.id_of(uuid)).collect();
+                let left_out_now_or_then = left_out.into_iter().chain(r.left_out.as_deref());
+                let mut ids: Vec<ServerId> =
+                    servers.chain(left_out_now_or_then).filter_map(|uuid| model.id_of(uuid)).collect();
                 ids.extend((0..n).filter(|&id| model.generation_of(id) != r.generations[id]));
                 ids
             });
+        r.left_out = left_out.map(str::to_string);
         let facts: Vec<ServerId> = if changed.is_some() {
             (0..n).filter(|&id| model.revision_of(id) != r.revisions[id]).collect()
         } else {
