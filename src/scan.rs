@@ -43,9 +43,9 @@ pub fn uuid_shaped(b: &[u8]) -> bool {
     return words::uuid_shaped(b);
 }
 
-/// Appends JSON `text` to `out` without the whitespace between its tokens. PostgreSQL
-/// prints `jsonb` with `", "` and `": "`, a tenth of a stored server's text; a replica keeps
-/// every server's text, so it keeps them compact. Strings are copied as they are.
+/// Appends JSON `text` to `out` without the whitespace between its tokens (strings are
+/// copied as they are): inventory feeds are stored so, since a `json` column keeps a text
+/// as given, pretty-printing and all, and every replica holds every server's text.
 pub fn push_compact_json(out: &mut String, text: &str) {
     let bytes = text.as_bytes();
     let (mut at, mut run) = (0, 0);

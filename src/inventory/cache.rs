@@ -33,8 +33,8 @@ pub struct ParsedServer {
 
 impl ParsedServer {
     /// Parses one server object (as it would be read inside a request's `servers`). The
-    /// text is kept, not copied: a replica's first catch-up reads every server's, and a
-    /// copy each left the heap holed by the freed ones.
+    /// text is kept, not copied (a replica's first catch-up reads every server's: 50 MB
+    /// at 5,000 servers).
     pub fn new(mut object: String) -> Result<ParsedServer, String> {
         object.reserve_exact(2);
         object.insert(0, '[');

@@ -135,9 +135,10 @@ fn check(server: &Server, field: &str, max_vms: usize) -> Result<(), RecordError
     Ok(())
 }
 
-/// The server object with its `vms` object emptied, and the VMs apart; the flag says
-/// whether `vms` was given at all, both [`compact`]. Read and written as `JSON.parse`/`JSON.stringify` do,
-/// so lone surrogates and numbers past the double range are stored as they came.
+/// The server object with its `vms` object emptied, and the VMs apart, both [`compact`];
+/// the flag says whether `vms` was given at all. Read and written as `JSON.parse` and
+/// `JSON.stringify` do, so lone surrogates and numbers past the double range are stored
+/// as they came.
 fn split(raw: &str, uuid: &str) -> Result<(ServerRecord, bool), RecordError> {
     let raw = compact(raw);
     let fields: IndexMap<String, &RawValue> =
