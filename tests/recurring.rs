@@ -202,3 +202,34 @@ fn changes_not_reported_are_not_seen_and_all_resets() {
     let reset = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
     assert_eq!(counts(&reset, &body), counts(&full, &body));
 }
+
+#[test]
+fn the_rest_is_reused_again_and_again_while_its_steps_are_handed_back() {
+    let engine = common::engine_with(None, json!({"weight_uniform_random": 0}));
+    let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
+    let text = serde_json::to_vec(&base).expect("json");
+    let body = parse(&text);
+    let held = Held {
+        servers: &body.servers,
+        raw_servers: &body.raw_servers,
+        lookups: None,
+        tickets: &dapi::engine::NO_TICKETS,
+    };
+    let mut recurring = Recurring::new();
+    let first = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
+    let (chosen, steps) = (first.chosen, counts(&first, &body));
+    recurring.recycle(first);
+    let nothing = Changed::Servers { changed: &[], facts: &[] };
+    for round in 1..=3 {
+        let again = recurring.allocate(&engine, held, &body, nothing).expect("run");
+        assert_eq!((again.chosen, counts(&again, &body)), (chosen, steps.clone()), "round {round}");
+        recurring.recycle(again);
+        assert_eq!(recurring.reused_rest(), round, "the rest's steps, lent and handed back, are reused");
+    }
+    // An answer never handed back: the rest is run again, to the same decision.
+    let kept = recurring.allocate(&engine, held, &body, nothing).expect("run");
+    let again = recurring.allocate(&engine, held, &body, nothing).expect("run");
+    assert_eq!((again.chosen, counts(&again, &body)), (chosen, steps.clone()));
+    assert_eq!((kept.chosen, counts(&kept, &body)), (chosen, steps));
+    assert_eq!(recurring.reused_rest(), 4, "not reused while lent");
+}

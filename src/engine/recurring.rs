@@ -144,7 +144,8 @@ pub struct Recurring {
 /// The rest of the chain's last run on the same survivors: the steps it recorded (each
 /// one's `remaining`: what its plugin passed on), and the server chosen with its score. The
 /// steps are taken back from the allocation once its answer is written
-/// ([`Recurring::recycle`]) rather than copied (a few lists of thousands of servers).
+/// ([`Recurring::recycle`]) rather than copied (a few lists of thousands of servers), and
+/// lent to the next allocation that reuses them the same way.
 struct LastRest {
     steps: Vec<Step>,
     /// Whether `steps` were handed back.
@@ -318,10 +319,14 @@ impl Recurring {
             }
             _ => false,
         };
-        let chosen = match self.last.as_ref().filter(|_| unchanged) {
+        let chosen = match self.last.as_mut().filter(|_| unchanged) {
             Some(last) => {
                 self.reused_rest += 1;
-                steps.extend(last.steps.iter().map(|step| Step { elapsed: Duration::ZERO, ..step.clone() }));
+                // Lent to the answer, not copied: handed back by `recycle` (until then,
+                // incomplete, they are not reused).
+                let lent = std::mem::take(&mut last.steps);
+                last.complete = false;
+                steps.extend(lent.into_iter().map(|step| Step { elapsed: Duration::ZERO, ..step }));
                 req.set_score(last.chosen, last.score);
                 Some(last.chosen)
             }
