@@ -800,6 +800,7 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
     let digest = config.digest();
     let inventory_config = config.inventory.clone();
     let app = crate::http::AppState::new(config, config_file)?;
+    crate::wire::pages::tune_allocator(inventory_config.url.is_some());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

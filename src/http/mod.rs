@@ -315,6 +315,7 @@ fn answer_compression() -> tower_http::compression::CompressionLayer {
 /// (see [`conn`]).
 pub async fn serve(listener: TcpListener, app: Arc<AppState>) -> std::io::Result<()> {
     spawn_reload_on_sighup(app.clone());
+    crate::wire::pages::tune_allocator(app.inventory().is_some());
     spawn_memory_release();
     let router = router(app.clone());
     conn::serve(listener, app, router, shutdown_signal()).await
@@ -339,22 +340,6 @@ async fn shutdown_signal() {
 /// Hands freed heap back to the OS every few seconds. Large requests come and go; without
 /// this glibc keeps their pages in its per-thread arenas and the RSS stays at the peak.
 fn spawn_memory_release() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only tunes the allocator. Four arenas per core bound how much freed
-    // memory per-thread arenas can strand (allocation threads come and go), while threads
-    // rarely wait for one another's arena (with two in all, a 50-server load test lost
-    // 10-20% of its throughput to that wait).
-    //
-    // The two thresholds fixed (glibc otherwise raises them after each big free): blocks
-    // under 32 MiB come from the arenas, whose free tops go back to the kernel from 1 MiB
-    // (`malloc_trim` reaches only the main arena's top; the others kept up to twice the
-    // largest block freed, ~13 MiB after a 10,000-server request).
-    unsafe {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-        libc::mallopt(libc::M_ARENA_MAX, (4 * cores).clamp(2, 64) as libc::c_int);
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
-    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     tokio::spawn(async {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(2));
