@@ -6,8 +6,8 @@
 //! process only sends requests, keeping its connections alive as CNAPI's clients do.
 //! Figures are printed (BENCHMARKS.md), not asserted.
 //! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (4),
-//! INVENTORY_BENCH_STEPS (the allocations' `steps` form: inventory mode's default, `removed`,
-//! unless given), INVENTORY_BENCH_RATES (the open loop's rates, `100,500,1000`: each run
+//! INVENTORY_BENCH_STEPS (the allocations' `steps` form, `counts`, as a caller that reads only
+//! the decision asks; empty: inventory mode's default, `removed`), INVENTORY_BENCH_RATES (the open loop's rates, `100,500,1000`: each run
 //! for half of INVENTORY_BENCH_SECONDS).
 
 mod common;
@@ -205,9 +205,9 @@ async fn inventory_benchmark() {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
-    let path: Arc<str> = match std::env::var("INVENTORY_BENCH_STEPS").ok().filter(|s| !s.is_empty()) {
-        Some(steps) => format!("/allocate?steps={steps}").into(),
-        None => "/allocate".into(),
+    let path: Arc<str> = match std::env::var("INVENTORY_BENCH_STEPS").unwrap_or_else(|_| "counts".into()).as_str() {
+        "" => "/allocate".into(),
+        steps => format!("/allocate?steps={steps}").into(),
     };
     println!("inventory allocations: POST {path}");
     for _ in 0..clients {
