@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use super::store::StoredClaim;
 use crate::engine::HeldTickets;
 use crate::fxhash::FxBuild;
+use crate::js::Js;
 use crate::model::Ticket;
 
 /// A claim as the engine counts it: a ticket, until `expires` (Unix seconds).
@@ -59,17 +60,17 @@ fn expiry_key(expires: f64) -> u64 {
 }
 
 fn ticket(vm_uuid: &str, server_uuid: &str, resources: &str) -> Ticket {
-    let extra: serde_json::Value = serde_json::from_str(resources).unwrap_or(serde_json::Value::Null);
-    serde_json::from_value(serde_json::json!({
-        "uuid": format!("claim-{vm_uuid}"),
-        "id": vm_uuid,
-        "server_uuid": server_uuid,
-        "scope": "vm",
-        "action": "provision",
-        "status": "active",
-        "extra": extra,
-    }))
-    .unwrap_or_default()
+    let text = |s: &str| Js::Str(s.into());
+    Ticket {
+        uuid: Js::Str(format!("claim-{vm_uuid}").into()),
+        id: text(vm_uuid),
+        server_uuid: text(server_uuid),
+        scope: text("vm"),
+        action: text("provision"),
+        status: text("active"),
+        // Written by `claim_resources`: read as it was made.
+        extra: serde_json::from_str(resources).unwrap_or(Js::Null),
+    }
 }
 
 /// A claim's ticket as a request would carry it in `tickets` (read back as it was made).
@@ -302,6 +303,25 @@ mod tests {
 
     fn ids(tickets: &ClaimTickets<'_>) -> Vec<String> {
         tickets.all().map(|t| t.id.to_js_string()).collect()
+    }
+
+    #[test]
+    fn a_claims_ticket_is_the_ticket_a_request_would_carry() {
+        let resources = r#"{"owner_uuid":"o1","max_physical_memory":1024,"cpu_cap":null,"quota":10.5,"brand":"joyent","disks":[{"size":2048}]}"#;
+        let made = ticket("vm-1", "server-1", resources);
+        let sent: Ticket = serde_json::from_value(serde_json::json!({
+            "uuid": "claim-vm-1",
+            "id": "vm-1",
+            "server_uuid": "server-1",
+            "scope": "vm",
+            "action": "provision",
+            "status": "active",
+            "extra": serde_json::from_str::<serde_json::Value>(resources).expect("json"),
+        }))
+        .expect("ticket");
+        assert_eq!(made, sent);
+        assert_eq!(ticket_json(&made)["extra"].to_string(), resources);
+        assert_eq!(ticket("vm-1", "server-1", "not json").extra, Js::Null);
     }
 
     #[test]
