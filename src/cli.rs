@@ -799,8 +799,9 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
     let listen = config.listen.clone();
     let digest = config.digest();
     let inventory_config = config.inventory.clone();
-    let app = crate::http::AppState::new(config, config_file)?;
+    // Before any thread is started (the engine's included).
     crate::wire::pages::tune_allocator(inventory_config.url.is_some());
+    let app = crate::http::AppState::new(config, config_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
