@@ -130,6 +130,13 @@ const OWN_CATCH_UP_EVERY: Duration = Duration::from_millis(50);
 /// How long a notification not known to be of an own claim waits for the claims in flight
 /// to be answered before it is caught up with.
 const UNKNOWN_CATCH_UP_AFTER: Duration = Duration::from_millis(5);
+/// The least time between two catch-ups of the change feed. Under a stream of another
+/// replica's claims a follower caught up after each one: a query and an apply per claim,
+/// ~0.25 ms of CPU between it and PostgreSQL for each allocation made elsewhere. Spaced,
+/// a catch-up reads what came meanwhile at once. Another replica's change is then applied
+/// at most this much later (an allocation that finds its server changed still catches up
+/// at once, not through here).
+const CATCH_UP_GAP: Duration = Duration::from_millis(20);
 /// Own generations remembered at most (one notified before its commit was seen stays).
 const OWN_REMEMBERED: usize = 65_536;
 
@@ -199,6 +206,7 @@ impl Inventory {
                 if let Err(e) = refresher.refresh().await {
                     tracing::warn!(error = %e, "inventory catch-up failed");
                 }
+                tokio::time::sleep(CATCH_UP_GAP).await;
             }
         });
         Ok(inventory)
