@@ -7,8 +7,8 @@
 //! Figures are printed (BENCHMARKS.md), not asserted.
 //! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (4),
 //! INVENTORY_BENCH_STEPS (the allocations' `steps` form, `counts`, as a caller that reads only
-//! the decision asks; empty: inventory mode's default, `removed`), INVENTORY_BENCH_RATES (the open loop's rates, `100,500,1000`: each run
-//! for half of INVENTORY_BENCH_SECONDS).
+//! the decision asks; empty: inventory mode's default, `removed`), INVENTORY_BENCH_RATES
+//! (the open loop's rates, `100,500,1000`: each run for half of INVENTORY_BENCH_SECONDS).
 
 mod common;
 mod pg;
@@ -26,12 +26,9 @@ fn env(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
+/// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`), 0 if unreadable.
 fn status_kib_of(pid: u32, field: &str) -> u64 {
-    status_of(&format!("/proc/{pid}/status"), field)
-}
-
-fn status_of(path: &str, field: &str) -> u64 {
-    std::fs::read_to_string(path)
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(field))

@@ -394,11 +394,6 @@ impl Model {
             })
             .collect()
     }
-
-    /// Approximate bytes held: the servers' texts (the parsed model is about as big).
-    pub fn text_bytes(&self) -> usize {
-        self.texts.iter().map(|t| t.len()).sum()
-    }
 }
 
 #[cfg(test)]
