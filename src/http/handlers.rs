@@ -10,7 +10,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::errors::ApiError;
-use super::intake::{run_limited, BodySeen, Received, Reply};
+use super::intake::{run_limited, run_limited_or_inline, BodySeen, Inline, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
 use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
@@ -357,63 +357,51 @@ pub async fn allocate(
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     // Recording and the shadow config, when on: they act after the answer has left.
     let watch = super::watch::Watch::of(&app, &headers, batch_format);
-    let handle = tokio::runtime::Handle::current();
-    let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
-        let mut explain = explain;
-        if let Some(inventory) = app2.inventory() {
-            // Without `servers`: on the inventory, through the same answer writer.
-            if let Some(body) = super::inventory::inventory_request(&received) {
-                let steps = batch_format.unwrap_or(StepsFormat::Removed);
-                let asked = watch.as_ref().map(|w| w.asked_as(steps, explain.as_ref()));
-                let (answer, answered) = super::inventory::allocate(
-                    &engine,
-                    &app2,
-                    inventory,
-                    &body,
-                    steps,
-                    explain,
-                    watch.as_ref().is_some_and(|w| w.recording()),
-                    &handle,
-                    &mut reply,
-                );
-                reply.send(answer);
-                // After the answer has left: the record, made whole by the recorder's writer.
-                if let (Some(w), Some(a), Some(asked)) = (&watch, answered, asked) {
-                    w.record_body(&app2, body, asked, (a.verdict, a.digest, a.seed), Some(a.decided_on));
-                }
-                return;
-            }
+    let watch = watch.map(Arc::new);
+    // In inventory mode, a whole body without `servers` is allocated on the inventory.
+    let inventory_work = {
+        let (app, watch, explain) = (app.clone(), watch.clone(), explain.clone());
+        move |bytes: &[u8]| -> Option<Inline<_>> {
+            let inventory = app.inventory()?.clone();
+            let body = super::inventory::patched(bytes)?;
+            let steps = batch_format.unwrap_or(StepsFormat::Removed);
+            let asked = super::inventory::Asked { steps, explain, watch };
+            Some(Box::pin(super::inventory::allocate(app, inventory, body, asked)))
         }
-        let asked = watch.as_ref().map(|w| w.asked(explain.as_ref()));
-        let watched = watch.is_some();
-        let answered = match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, watched) {
-            Ok((request, Some(allocation))) => {
-                let digest =
-                    reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, watched);
-                if let Some(w) = &watch {
-                    w.shadow(&app2, &request, &allocation);
+    };
+    let (seen, result) =
+        run_limited_or_inline(&app, &headers, body, true, inventory_work, move |engine, received, mut reply| {
+            let mut explain = explain;
+            let asked = watch.as_ref().map(|w| w.asked(explain.as_ref()));
+            let watched = watch.is_some();
+            let answered = match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, watched) {
+                Ok((request, Some(allocation))) => {
+                    let digest =
+                        reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, watched);
+                    if let Some(w) = &watch {
+                        w.shadow(&app2, &request, &allocation);
+                    }
+                    digest.map(|d| (Verdict::of(&request, &allocation), d, request.seed))
                 }
-                digest.map(|d| (Verdict::of(&request, &allocation), d, request.seed))
-            }
-            Ok((request, None)) => {
-                let seed = request.seed;
-                let done = reply_batch(&engine, &app2, request, batch_format, reply, watched);
-                if let (Some(w), Some(done)) = (&watch, &done) {
-                    w.shadow_batch(&app2, &received, seed, &done.vms);
+                Ok((request, None)) => {
+                    let seed = request.seed;
+                    let done = reply_batch(&engine, &app2, request, batch_format, reply, watched);
+                    if let (Some(w), Some(done)) = (&watch, &done) {
+                        w.shadow_batch(&app2, &received, seed, &done.vms);
+                    }
+                    done.map(|d| (d.verdict, d.digest, seed))
                 }
-                done.map(|d| (d.verdict, d.digest, seed))
+                Err(e) => {
+                    reply.send(Err(e));
+                    None
+                }
+            };
+            // The parsed request is freed by now, after the answer has left; then it is recorded.
+            if let (Some(w), Some(answered), Some(asked)) = (&watch, answered, asked) {
+                w.record(&app2, received, asked, answered);
             }
-            Err(e) => {
-                reply.send(Err(e));
-                None
-            }
-        };
-        // The parsed request is freed by now, after the answer has left; then it is recorded.
-        if let (Some(w), Some(answered), Some(asked)) = (&watch, answered, asked) {
-            w.record(&app2, received, asked, answered);
-        }
-    })
-    .await;
+        })
+        .await;
     respond(seen, result.map(|(status, out, outcome)| json_response(status, out, outcome)))
 }
 

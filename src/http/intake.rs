@@ -259,12 +259,6 @@ impl<T> Reply<T> {
         }
     }
 
-    /// Gives the core back while the request waits on something other than computing
-    /// (inventory mode: its claim's commit); [`Reply::computing`] takes one again.
-    pub(super) fn waiting(&mut self) {
-        self.core = None;
-    }
-
     /// Whether nobody waits for the answer any more (the request timed out).
     pub(super) fn abandoned(&self) -> bool {
         self.tx.is_closed()
@@ -299,6 +293,24 @@ pub(super) async fn run_limited<T: Send + 'static>(
     headers: &HeaderMap,
     body: Body,
     arriving: bool,
+    work: impl FnOnce(Arc<Engine>, Received, Reply<T>) + Send + 'static,
+) -> (Option<BodySeen>, Result<T, ApiError>) {
+    run_limited_or_inline(app, headers, body, arriving, |_: &[u8]| None, work).await
+}
+
+/// Work that runs on the request's own task instead of the blocking pool, made from a
+/// whole body: it holds the request's permit, and takes a core itself while it computes.
+pub(super) type Inline<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ApiError>> + Send>>;
+
+/// [`run_limited`], but a whole body is first offered to `inline`: when it takes it (its
+/// work is short, or waits mostly), that work runs where it is, within the same permit
+/// and timeout, and `work` is not run.
+pub(super) async fn run_limited_or_inline<T: Send + 'static>(
+    app: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    arriving: bool,
+    inline: impl FnOnce(&[u8]) -> Option<Inline<T>>,
     work: impl FnOnce(Arc<Engine>, Received, Reply<T>) + Send + 'static,
 ) -> (Option<BodySeen>, Result<T, ApiError>) {
     let encoding = match check_content_type(headers).and_then(|()| body_encoding(headers)) {
@@ -343,6 +355,12 @@ pub(super) async fn run_limited<T: Send + 'static>(
                     BodyEncoding::Gzip => read_gzip_body(body, limits.max_body_bytes, pace).await?,
                 };
                 seen = Some(body_seen);
+                if let Some(inline) = inline(&bytes) {
+                    drop(bytes);
+                    let result = inline.await;
+                    drop(permit);
+                    return result;
+                }
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
                 let reply = Reply { tx, core: Some(core), cores, permit };

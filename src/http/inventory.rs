@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::errors::ApiError;
 use super::handlers::{json_response, written_answer, AnswerBody};
-use super::intake::{Received, Reply};
+use super::watch::Watch;
 use super::{AppState, Outcome};
 use crate::answer::{self, AnswerError, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
@@ -21,7 +21,7 @@ use crate::explain::ExplainOptions;
 use crate::inventory::claims::ticket_json;
 use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
-use crate::inventory::{AllocateError, Decided, Inventory};
+use crate::inventory::{AllocateError, Attempt, Decided, Inventory, CLAIM_RETRIES};
 use crate::model::Server;
 use crate::record::DecidedOn;
 use crate::validate::validate_payload;
@@ -333,16 +333,9 @@ async fn servers(app: Arc<AppState>, uuid: Option<String>) -> Response {
 }
 
 /// The body with `"servers": []` put first when it has no `servers` (an inventory
-/// allocation); `None` when it has them (a stateless one), is still arriving (a big body:
-/// stateless), or is not a JSON object (the stateless reader says why).
-pub(super) fn inventory_request(received: &Received) -> Option<Vec<u8>> {
-    match received {
-        Received::Whole(bytes) => patched(bytes),
-        Received::Arriving(_) => None,
-    }
-}
-
-fn patched(body: &[u8]) -> Option<Vec<u8>> {
+/// allocation); `None` when it has them (a stateless one) or is not a JSON object (the
+/// stateless reader says why).
+pub(super) fn patched(body: &[u8]) -> Option<Vec<u8>> {
     let text = std::str::from_utf8(body).ok()?;
     let top: indexmap::IndexMap<String, &serde_json::value::RawValue> = crate::js::json::from_str(text).ok()?;
     if top.contains_key("servers") {
@@ -360,55 +353,106 @@ fn patched(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// An allocation's answer (status, body, log outcome), or why there is none.
-type Written = Result<(StatusCode, AnswerBody, Outcome), ApiError>;
+pub(super) type Written = Result<(StatusCode, AnswerBody, Outcome), ApiError>;
 
 /// What a watched inventory allocation decided, and on what: for its record.
-pub(super) struct Answered {
-    pub verdict: Verdict,
-    pub digest: String,
-    pub seed: Option<u64>,
-    pub decided_on: DecidedOn,
+struct Answered {
+    verdict: Verdict,
+    digest: String,
+    seed: Option<u64>,
+    decided_on: DecidedOn,
 }
 
-/// `POST /allocate` without `servers` in inventory mode: the request read and validated as
-/// the stateless one is, decided on the inventory and answered by the same writer
-/// ([`written_answer`]) while the servers decided on are held; the chosen server claimed.
-/// When `watched` (recording), also what it decided and the servers and claims it was
-/// decided on (shared, not copied: the answer is not delayed).
-#[allow(clippy::too_many_arguments)]
-pub(super) fn allocate<T>(
+/// How an inventory allocation was asked for.
+pub(super) struct Asked {
+    pub steps: StepsFormat,
+    pub explain: Option<ExplainOptions>,
+    pub watch: Option<Arc<Watch>>,
+}
+
+/// `POST /allocate` without `servers` in inventory mode (`body`: [`patched`]), on the
+/// request's own task. Each attempt reads and validates the request as the stateless one
+/// is, decides on the inventory and answers by the same writer ([`written_answer`]) while
+/// the servers decided on are held; then the chosen server's claim is awaited, the core
+/// given back meanwhile. An attempt on the recurring path (compact steps, no explain) takes
+/// a fraction of a millisecond and runs here: handing it to the blocking pool and back
+/// cost a replica more CPU than the decision (context switches). Others, whose answers
+/// list every server, run in the blocking pool. A recorded allocation hands its record
+/// over once answered.
+pub(super) async fn allocate(app: Arc<AppState>, inventory: Arc<Inventory>, body: Vec<u8>, asked: Asked) -> Written {
+    let Asked { steps, explain, watch } = asked;
+    let recording = watch.as_ref().is_some_and(|w| w.recording());
+    let short = steps == StepsFormat::Counts && explain.is_none();
+    let body = Arc::new(body);
+    for _ in 0..CLAIM_RETRIES {
+        let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
+        let engine = app.engine();
+        let (attempted, answered) = if short {
+            attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording)
+        } else {
+            let (app, inventory, body, explain) = (app.clone(), inventory.clone(), body.clone(), explain.clone());
+            tokio::task::spawn_blocking(move || {
+                attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording)
+            })
+            .await
+            .map_err(|e| ApiError::Internal(format!("the request failed unexpectedly: {e}")))?
+        };
+        drop(core);
+        let answer = match attempted? {
+            Attempt::Answered(answer) => answer,
+            Attempt::Claiming { answer, commit } => match inventory.claimed(answer, commit).await.map_err(api_error)? {
+                Some(answer) => answer,
+                None => continue,
+            },
+        };
+        // Recorded only when answered.
+        if let (Some(w), Some(a), true) = (&watch, answered, answer.is_ok()) {
+            let body = Arc::try_unwrap(body).unwrap_or_else(|shared| shared.to_vec());
+            let asked = w.asked_as(steps, explain.as_ref());
+            w.record_body(&app, body, asked, (a.verdict, a.digest, a.seed), Some(a.decided_on));
+        }
+        return answer;
+    }
+    Err(ApiError::Unavailable(format!("the chosen server kept changing ({CLAIM_RETRIES} tries); retry")))
+}
+
+fn api_error(e: AllocateError) -> ApiError {
+    match e {
+        AllocateError::Unavailable(m) => ApiError::Unavailable(m),
+        AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
+        AllocateError::Internal(m) => ApiError::Internal(m),
+    }
+}
+
+/// One attempt ([`Inventory::decide`]), from the body. With `recording`, also what it
+/// decided and the servers and claims it was decided on (shared, not copied: the answer
+/// is not delayed).
+fn attempt(
     engine: &Engine,
     app: &AppState,
-    inventory: &Arc<Inventory>,
+    inventory: &Inventory,
     body: &[u8],
     steps: StepsFormat,
-    explain: Option<ExplainOptions>,
-    watched: bool,
-    handle: &tokio::runtime::Handle,
-    reply: &mut Reply<T>,
-) -> (Written, Option<Answered>) {
+    explain: Option<&ExplainOptions>,
+    recording: bool,
+) -> (Result<Attempt<Written>, ApiError>, Option<Answered>) {
     let mut request = match parse_allocate_body(body).map_err(AnswerError::from) {
         Ok(request) => request,
         Err(e) => return (Err(e.into()), None),
     };
-    if watched {
+    if recording {
         // A replay must draw the same random numbers as the answer did.
         super::watch::fix_seed(&mut request, engine);
     }
     let mut answered = None;
     let result = (|| {
-        let mut request = request;
         validate_payload(&mut request).map_err(AnswerError::from)?;
-        let explain = explain.map(|o| answer::with_body_why_not(o, body)).transpose()?;
-        reply.computing();
-        if reply.abandoned() {
-            return Err(ApiError::Unavailable("the request was given up before it was allocated".into()));
-        }
+        let explain = explain.cloned().map(|o| answer::with_body_why_not(o, body)).transpose()?;
         let seed = request.seed;
         let mut write = |d: &Decided<'_>| {
             app.metrics.record_steps(&d.allocation.steps);
             let answer = written_answer(d.raw, d.servers, d.allocation, steps, explain.as_ref());
-            if let (true, Ok((_, AnswerBody::Whole(out), _))) = (watched, &answer) {
+            if let (true, Ok((_, AnswerBody::Whole(out), _))) = (recording, &answer) {
                 answered = Some(Answered {
                     verdict: verdict(d.servers, d.allocation),
                     digest: crate::config::digest(out),
@@ -421,18 +465,9 @@ pub(super) fn allocate<T>(
             }
             answer
         };
-        let mut core = |computing: bool| if computing { reply.computing() } else { reply.waiting() };
         let counts = steps == StepsFormat::Counts;
-        let allocated =
-            inventory.allocate(engine, &request, explain.is_some(), counts, watched, handle, &mut write, &mut core);
-        allocated.map_err(|e| match e {
-            AllocateError::Unavailable(m) => ApiError::Unavailable(m),
-            AllocateError::Invalid(e) => ApiError::InvalidParameters(vec![e]),
-            AllocateError::Internal(m) => ApiError::Internal(m),
-        })?
+        inventory.decide(engine, &request, explain.is_some(), counts, recording, &mut write).map_err(api_error)
     })();
-    // Recorded only when answered.
-    let answered = answered.filter(|_| result.is_ok());
     (result, answered)
 }
 

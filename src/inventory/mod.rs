@@ -32,8 +32,9 @@ use cache::Model;
 use claims::{Claim, Claims};
 use store::{ClaimRequest, Store, StoreError};
 
-/// Times an allocation is run again after losing its claim to another replica.
-const CLAIM_RETRIES: usize = 8;
+/// Times an allocation is decided at most, losing its claim to another replica each time
+/// but the last.
+pub const CLAIM_RETRIES: usize = 8;
 /// Wait between reconnection attempts.
 const RECONNECT_EVERY: Duration = Duration::from_millis(250);
 /// Claims sent in one statement at most.
@@ -58,7 +59,7 @@ struct ClaimJob {
     seen: i64,
     vm_uuid: String,
     resources: String,
-    reply: tokio::sync::oneshot::Sender<Result<Option<(i64, f64)>, String>>,
+    reply: tokio::sync::oneshot::Sender<Result<bool, String>>,
 }
 
 pub struct Inventory {
@@ -196,7 +197,7 @@ impl Inventory {
             own_claims: Arc::default(),
         });
         inventory.refresh().await?;
-        tokio::spawn(claim_batches(store, config.claim_ttl_s, jobs, inventory.own_claims.clone()));
+        tokio::spawn(claim_batches(Arc::downgrade(&inventory), store, config.claim_ttl_s, jobs));
         let listener = inventory.clone();
         tokio::spawn(async move { listener.follow().await });
         let refresher = inventory.clone();
@@ -425,27 +426,23 @@ impl Inventory {
         })
     }
 
-    /// Runs the chain on the inventory for `request` (validated, without servers), has
-    /// `write` make the answer from the servers decided on (while they are held), and
-    /// claims the chosen server. Blocking: runs on the blocking pool; `handle` runs the
-    /// wait for the claim's commit, during which the caller's core is given back
-    /// (`core(false)`; `core(true)` takes one again before deciding anew). With
-    /// `keep_claims`, `write` is given the claims counted (a record needs them). `counts`:
-    /// the answer gives the steps' counts only (no reasons, no explanation), so the
-    /// per-server part is run again only for the servers changed since the last
-    /// allocation of the same request shape ([`Recurring`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn allocate<T>(
-        self: &Arc<Self>,
+    /// One attempt at an allocation: runs the chain on the inventory for `request`
+    /// (validated, without servers), has `write` make the answer from the servers decided
+    /// on (while they are held) and, when a server is chosen, sends its claim to the store
+    /// ([`Attempt::Claiming`]: [`Inventory::claimed`] waits for the commit). Synchronous and
+    /// short on the recurring path (`counts` without `explain`): the per-server part is run
+    /// again only for the servers changed since the last allocation of the same request
+    /// shape ([`Recurring`]). With `keep_claims`, `write` is given the claims counted (a
+    /// record needs them).
+    pub fn decide<T>(
+        &self,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
         counts: bool,
         keep_claims: bool,
-        handle: &tokio::runtime::Handle,
         write: &mut WriteAnswer<'_, T>,
-        core: &mut dyn FnMut(bool),
-    ) -> Result<T, AllocateError> {
+    ) -> Result<Attempt<T>, AllocateError> {
         let vm_uuid = match (&request.vm.vm_uuid, &request.vm.uuid) {
             (Js::Str(u), _) | (_, Js::Str(u)) if !u.is_empty() => u.to_string(),
             _ => {
@@ -455,102 +452,114 @@ impl Inventory {
                 )))
             }
         };
-        let resources = claim_resources(request).to_string();
-        let ttl = self.config.claim_ttl_s as f64;
-        for _ in 0..CLAIM_RETRIES {
-            self.check_fresh()?;
-            let (answer, decided) = {
-                let now = unix_now();
-                let mut claims = lock(&self.claims);
-                claims.prune(now);
-                let model = self.model();
-                let mut kept = None;
-                // Held until the answer is written: the next decision starts from its states.
-                let mut recurrence = (counts && !explain).then(|| lock(&self.recurrence));
-                let mut recurred = false;
-                let allocation = {
-                    let tickets = claims.tickets_for(&vm_uuid);
-                    if keep_claims {
-                        // A copy: the claims change (this one's) before the answer is written.
-                        kept = Some(tickets.all().cloned().collect::<Vec<_>>());
-                    }
-                    let held = model.held(&tickets);
-                    // A VM placed again holds a claim already, left out of its own tickets.
-                    let own_claim = tickets.own_claim_server();
-                    match recurrence.as_deref_mut() {
-                        Some(slot) => {
-                            recurred = true;
-                            crate::engine::parallel::on_one_core(|| {
-                                Recurrence::allocate(slot, engine, &model, &claims, held, request, own_claim)
-                            })
-                        }
-                        _ => engine.allocate_on(held, request, explain),
-                    }
-                    .map_err(|e| AllocateError::Internal(e.to_string()))?
-                };
-                let decided = allocation.chosen.map(|id| {
-                    // Counted at once: the next decision sees it (a pending claim).
-                    let server_uuid = model.uuid(id).to_string();
-                    let claim = Claim {
-                        vm_uuid: vm_uuid.clone(),
-                        server_uuid: server_uuid.clone(),
-                        expires: now + ttl,
-                        pending: true,
-                        generation: i64::MAX,
-                    };
-                    claims.upsert(claim, &resources);
-                    let (reply, committed) = tokio::sync::oneshot::channel();
-                    let job = ClaimJob {
-                        server_uuid: server_uuid.clone(),
-                        seen: model.generation_of(id),
-                        vm_uuid: vm_uuid.clone(),
-                        resources: resources.clone(),
-                        reply,
-                    };
-                    // Sent under the lock: the store takes claims in decision order.
-                    let _ = self.claimer.send(job);
-                    (server_uuid, committed)
-                });
-                drop(claims);
-                let decided_on = Decided {
-                    raw: model.raw(),
-                    servers: model.servers(),
-                    allocation: &allocation,
-                    claims: kept.as_deref(),
-                    model: &model,
-                };
-                let answer = write(&decided_on);
-                if let (true, Some(Some(r))) = (recurred, recurrence.as_deref_mut()) {
-                    r.recurring.recycle(allocation);
+        self.check_fresh()?;
+        let now = unix_now();
+        let mut claims = lock(&self.claims);
+        claims.prune(now);
+        let model = self.model();
+        let mut kept = None;
+        // Held until the answer is written: the next decision starts from its states.
+        let mut recurrence = (counts && !explain).then(|| lock(&self.recurrence));
+        let mut recurred = false;
+        let allocation = {
+            let tickets = claims.tickets_for(&vm_uuid);
+            if keep_claims {
+                // A copy: the claims change (this one's) before the answer is written.
+                kept = Some(tickets.all().cloned().collect::<Vec<_>>());
+            }
+            let held = model.held(&tickets);
+            // A VM placed again holds a claim already, left out of its own tickets.
+            let own_claim = tickets.own_claim_server();
+            match recurrence.as_deref_mut() {
+                Some(slot) => {
+                    recurred = true;
+                    crate::engine::parallel::on_one_core(|| {
+                        Recurrence::allocate(slot, engine, &model, &claims, held, request, own_claim)
+                    })
                 }
-                (answer, decided)
+                _ => engine.allocate_on(held, request, explain),
+            }
+            .map_err(|e| AllocateError::Internal(e.to_string()))?
+        };
+        let commit = allocation.chosen.map(|id| {
+            // Counted at once: the next decision sees it (a pending claim).
+            let server_uuid = model.uuid(id).to_string();
+            let resources = claim_resources(request).to_string();
+            let claim = Claim {
+                vm_uuid: vm_uuid.clone(),
+                server_uuid: server_uuid.clone(),
+                expires: now + self.config.claim_ttl_s as f64,
+                pending: true,
+                generation: i64::MAX,
             };
-            let Some((server_uuid, committed)) = decided else { return Ok(answer) };
-            core(false);
-            let outcome = handle.block_on(committed).unwrap_or_else(|_| Err("the claim was dropped".into()));
-            match outcome {
-                Ok(Some((generation, expires))) => {
-                    lock(&self.claims).committed(&vm_uuid, generation, expires);
-                    self.model().bump(&server_uuid, generation);
-                    return Ok(answer);
-                }
-                Ok(None) => {
-                    // Another replica (or a feed) changed the server: decide again on
-                    // fresh state.
-                    lock(&self.claims).remove(&vm_uuid);
-                    handle.block_on(self.refresh()).map_err(|e| AllocateError::Unavailable(e.to_string()))?;
-                    core(true);
-                }
-                Err(e) => {
-                    lock(&self.claims).remove(&vm_uuid);
-                    self.wake.notify_one();
-                    return Err(AllocateError::Unavailable(format!("the claim could not be stored: {e}")));
-                }
+            claims.upsert(claim, &resources);
+            let (reply, committed) = tokio::sync::oneshot::channel();
+            let job = ClaimJob { server_uuid, seen: model.generation_of(id), vm_uuid, resources, reply };
+            // Sent under the lock: the store takes claims in decision order.
+            let _ = self.claimer.send(job);
+            Commit(committed)
+        });
+        drop(claims);
+        let decided_on = Decided {
+            raw: model.raw(),
+            servers: model.servers(),
+            allocation: &allocation,
+            claims: kept.as_deref(),
+            model: &model,
+        };
+        let answer = write(&decided_on);
+        if let (true, Some(Some(r))) = (recurred, recurrence.as_deref_mut()) {
+            r.recurring.recycle(allocation);
+        }
+        Ok(match commit {
+            Some(commit) => Attempt::Claiming { answer, commit },
+            None => Attempt::Answered(answer),
+        })
+    }
+
+    /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
+    /// another replica (or a feed) changed the server first, after catching up (decide
+    /// again). The claims are settled by the claimer, not here: an allocation given up
+    /// while it waits leaves them right.
+    pub async fn claimed<T>(self: &Arc<Self>, answer: T, commit: Commit) -> Result<Option<T>, AllocateError> {
+        match commit.0.await.unwrap_or_else(|_| Err("the claim was dropped".into())) {
+            Ok(true) => Ok(Some(answer)),
+            Ok(false) => {
+                self.refresh().await.map_err(|e| AllocateError::Unavailable(e.to_string()))?;
+                Ok(None)
+            }
+            Err(e) => Err(AllocateError::Unavailable(format!("the claim could not be stored: {e}"))),
+        }
+    }
+
+    /// Records what the store said of a claim: committed (the server at its new
+    /// generation), or gone (lost to a change, or not stored).
+    fn settle(&self, job: &ClaimJob, result: &Result<Option<(i64, f64)>, String>) {
+        match result {
+            Ok(Some((generation, expires))) => {
+                lock(&self.claims).committed(&job.vm_uuid, *generation, *expires);
+                self.model().bump(&job.server_uuid, *generation);
+            }
+            Ok(None) => lock(&self.claims).remove(&job.vm_uuid),
+            Err(_) => {
+                lock(&self.claims).remove(&job.vm_uuid);
+                self.wake.notify_one();
             }
         }
-        Err(AllocateError::Unavailable(format!("the chosen server kept changing ({CLAIM_RETRIES} tries); retry")))
     }
 }
+
+/// One attempt's outcome ([`Inventory::decide`]).
+pub enum Attempt<T> {
+    /// Nothing to claim (no server fits).
+    Answered(T),
+    /// A server chosen: the answer holds once its claim is committed.
+    Claiming { answer: T, commit: Commit },
+}
+
+/// A claim on its way to the store ([`Inventory::claimed`]): committed (`true`), lost to a
+/// change (`false`), or not stored.
+pub struct Commit(tokio::sync::oneshot::Receiver<Result<bool, String>>);
 
 /// What a request is but for its VM's uuid: allocations of equal shapes share what their
 /// chain's per-server part found ([`Recurring`]).
@@ -662,13 +671,15 @@ struct OwnChain {
     from: VecDeque<i64>,
 }
 
-/// Sends decided claims to the store, all those waiting in one statement.
+/// Sends decided claims to the store, all those waiting in one statement, and settles
+/// them ([`Inventory::settle`]) before telling their allocations.
 async fn claim_batches(
+    inventory: std::sync::Weak<Inventory>,
     store: Store,
     ttl_s: u64,
     mut jobs: tokio::sync::mpsc::UnboundedReceiver<ClaimJob>,
-    own_claims: Arc<OwnClaims>,
 ) {
+    let Some(own_claims) = inventory.upgrade().map(|i| i.own_claims.clone()) else { return };
     let mut chains: HashMap<String, OwnChain> = HashMap::new();
     while let Some(first) = jobs.recv().await {
         let mut batch = vec![first];
@@ -724,12 +735,20 @@ async fn claim_batches(
                         }
                         chain.latest = generation;
                     }
-                    let _ = job.reply.send(Ok(result));
+                    let result = Ok(result);
+                    if let Some(inventory) = inventory.upgrade() {
+                        inventory.settle(&job, &result);
+                    }
+                    let _ = job.reply.send(result.map(|r| r.is_some()));
                 }
             }
             Err(e) => {
+                let result = Err(e.to_string());
                 for job in batch {
-                    let _ = job.reply.send(Err(e.to_string()));
+                    if let Some(inventory) = inventory.upgrade() {
+                        inventory.settle(&job, &result);
+                    }
+                    let _ = job.reply.send(result.clone().map(|r: Option<(i64, f64)>| r.is_some()));
                 }
             }
         }
