@@ -801,8 +801,10 @@ fn serve(config_file: Option<PathBuf>) -> Result<(), CliError> {
     let inventory_config = config.inventory.clone();
     // Before any thread is started (the engine's included).
     crate::wire::pages::tune_allocator(inventory_config.url.is_some());
+    let worker_threads = config.limits.worker_threads;
     let app = crate::http::AppState::new(config, config_file)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads)
         .enable_all()
         .build()
         .map_err(|error| CliError::Io { what: "cannot start the runtime", error })?;

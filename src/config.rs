@@ -187,6 +187,12 @@ pub struct Limits {
     /// and `/openapi.json` (anything else gets 503), one request each, so that health
     /// checks still get in when every ordinary connection is taken. 0: no reserve.
     pub health_connections: usize,
+    /// The async runtime's threads: they move the bytes of requests and answers, and (in
+    /// inventory mode) decide, one allocation at a time. Computing a stateless allocation
+    /// runs in a pool of its own (one per core at a time). Read at start-up. Fewer threads
+    /// wake each other less: on two cores, one thread took 9-22% less CPU per request
+    /// than two (BENCHMARKS.md).
+    pub worker_threads: usize,
     /// Longest one call of a custom plugin may run (then the allocation fails with 500), and
     /// one `filter_owner_server` snippet's pass over the servers (then the step fails with
     /// `Error running filter ...`).
@@ -212,6 +218,7 @@ impl Default for Limits {
             drain_max_bytes: 256 * 1024 * 1024,
             max_connections: 1024,
             health_connections: 16,
+            worker_threads: (cores / 2).max(1),
             plugin_timeout_ms: 1000,
             plugin_memory_bytes: 512 * 1024 * 1024,
         }
@@ -220,7 +227,7 @@ impl Default for Limits {
 
 impl Limits {
     /// The keys of `limits`, as a config file spells them.
-    pub const KEYS: [&'static str; 14] = [
+    pub const KEYS: [&'static str; 15] = [
         "max_body_bytes",
         "max_servers",
         "max_vms_per_server",
@@ -233,6 +240,7 @@ impl Limits {
         "drain_max_bytes",
         "max_connections",
         "health_connections",
+        "worker_threads",
         "plugin_timeout_ms",
         "plugin_memory_bytes",
     ];
@@ -255,6 +263,7 @@ impl Limits {
             "drain_max_bytes" => self.drain_max_bytes = size,
             "max_connections" => self.max_connections = size,
             "health_connections" => self.health_connections = size,
+            "worker_threads" => self.worker_threads = size,
             "plugin_timeout_ms" => self.plugin_timeout_ms = value,
             "plugin_memory_bytes" => self.plugin_memory_bytes = size,
             _ => unreachable!("limits.{key} is not in Limits::KEYS"),
@@ -965,6 +974,7 @@ mod tests {
         assert_eq!(c.allocation_description[1], "hard-filter-setup");
         assert_eq!(c.defaults["weight_uniform_random"], 0.5);
         assert_eq!(c.limits.max_servers, 20_000);
+        assert!(c.limits.worker_threads >= 1);
         c.engine().expect("default engine");
     }
 
@@ -974,6 +984,7 @@ mod tests {
             ("DAPI_LISTEN", "127.0.0.1:9999"),
             ("DAPI_LIMITS__MAX_SERVERS", "12"),
             ("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "5000"),
+            ("DAPI_LIMITS__WORKER_THREADS", "3"),
             ("DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM", "0"),
             ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
             ("DAPI_DEFAULTS__WEIGHT_NEXT_REBOOT", "0.25"),
@@ -985,6 +996,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:9999");
         assert_eq!(c.limits.max_servers, 12);
         assert_eq!(c.limits.request_timeout_ms, 5000);
+        assert_eq!(c.limits.worker_threads, 3);
         assert_eq!(c.defaults["weight_uniform_random"], 0);
         assert_eq!(c.defaults["filter_headnode"], false);
         assert_eq!(c.defaults["weight_next_reboot"], 0.25);
@@ -1038,6 +1050,8 @@ mod tests {
         );
         let err = load_env(&[("DAPI_LIMITS__MAX_SERVERS", "0")]).expect_err("zero");
         assert_eq!(err, "DAPI_LIMITS__MAX_SERVERS: must be at least 1");
+        let err = load_env(&[("DAPI_LIMITS__WORKER_THREADS", "0")]).expect_err("no threads");
+        assert_eq!(err, "DAPI_LIMITS__WORKER_THREADS: must be at least 1");
         let err = load_env(&[("DAPI_LOG_LEVEL", "loud")]).expect_err("level");
         assert!(err.starts_with("DAPI_LOG_LEVEL: must be error, warn"), "{err}");
         let err = load_env(&[("DAPI_AUTH_TOKEN", " ")]).expect_err("empty token");

@@ -8,7 +8,8 @@
 //! INVENTORY_BENCH_SERVERS (5000), INVENTORY_BENCH_SECONDS (10), INVENTORY_BENCH_CLIENTS (4),
 //! INVENTORY_BENCH_STEPS (the allocations' `steps` form, `counts`, as a caller that reads only
 //! the decision asks; empty: inventory mode's default, `removed`), INVENTORY_BENCH_RATES
-//! (the open loop's rates, `100,500,1000`: each run for half of INVENTORY_BENCH_SECONDS).
+//! (the open loop's rates, `100,500,1000`: each run for half of INVENTORY_BENCH_SECONDS),
+//! INVENTORY_BENCH_DAPI (the replicas' binary, to compare another build's; default this one).
 
 mod common;
 mod pg;
@@ -34,6 +35,33 @@ fn status_kib_of(pid: u32, field: &str) -> u64 {
         .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// CPU time (user + system) of a process so far, in clock ticks (10 ms).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: state, ppid, ...; utime and stime are the
+    // 12th and 13th fields from there.
+    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}
+
+/// CPU ticks of PostgreSQL's processes: the postmaster's children (`postmaster.pid` in the
+/// data directory names it).
+fn postgres_ticks(data_dir: &std::path::Path) -> u64 {
+    let postmaster: Option<u32> = std::fs::read_to_string(data_dir.join("data").join("postmaster.pid"))
+        .ok()
+        .and_then(|t| t.lines().next()?.trim().parse().ok());
+    let Some(postmaster) = postmaster else { return 0 };
+    let children = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+        (ppid == postmaster).then_some(pid)
+    });
+    children.map(cpu_ticks).sum::<u64>() + cpu_ticks(postmaster)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -90,7 +118,9 @@ impl Served {
     /// Started and listening: a replica listens once it holds the inventory.
     async fn start(config: &std::path::Path, vars: &[(&str, &str)]) -> Served {
         let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        // INVENTORY_BENCH_DAPI: another build's binary, to compare two side by side.
+        let binary = std::env::var("INVENTORY_BENCH_DAPI").unwrap_or_else(|_| env!("CARGO_BIN_EXE_dapi").to_string());
+        let child = std::process::Command::new(binary)
             .arg("serve")
             .arg("--config")
             .arg(config)
@@ -207,6 +237,8 @@ async fn inventory_benchmark() {
         steps => format!("/allocate?steps={steps}").into(),
     };
     println!("inventory allocations: POST {path}");
+    let ticks_before = [cpu_ticks(first.child.id()), cpu_ticks(second.child.id()), cpu_ticks(std::process::id())];
+    let pg_before = postgres_ticks(pg.dir());
     for _ in 0..clients {
         let (vm_request, counter, path) = (vm_request.clone(), counter.clone(), path.clone());
         tasks.push(tokio::spawn(async move {
@@ -275,6 +307,8 @@ async fn inventory_benchmark() {
         }
     }
     let elapsed = started.elapsed();
+    let ticks_after = [cpu_ticks(first.child.id()), cpu_ticks(second.child.id()), cpu_ticks(std::process::id())];
+    let pg_ticks = postgres_ticks(pg.dir()) - pg_before;
     latencies.sort();
     let ok = statuses.get(&200).copied().unwrap_or(0);
     println!(
@@ -286,6 +320,14 @@ async fn inventory_benchmark() {
         percentile(&latencies, 0.99)
     );
     println!("answers of {} KiB on average", answer_bytes / latencies.len().max(1) / 1024);
+    let per_answer = |ticks: u64| ticks as f64 * 10.0 / latencies.len().max(1) as f64;
+    println!(
+        "CPU per answer: deciding replica {:.3} ms, the other {:.3} ms, PostgreSQL {:.3} ms, the clients (this process) {:.3} ms",
+        per_answer(ticks_after[0] - ticks_before[0]),
+        per_answer(ticks_after[1] - ticks_before[1]),
+        per_answer(pg_ticks),
+        per_answer(ticks_after[2] - ticks_before[2]),
+    );
     let (put_at, held_after) = put_at.await.expect("put");
     println!("a server committed through the other replica was held by this one {held_after:?} after its PUT answered");
     match first_use {

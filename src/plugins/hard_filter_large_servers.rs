@@ -41,7 +41,8 @@ impl Plugin for HardFilterLargeServers {
         let mut sorted = servers.to_vec();
         // Descending: the comparator is `b - a`, which is `-1 × (a - b)` exactly.
         req.sort_by_scaled(&mut sorted, &ram, -1.0);
-        Ok(sorted.split_off(held_back as usize))
+        sorted.drain(..held_back as usize);
+        Ok(sorted)
     }
 
     /// The same servers are held back, the rest in the same order, while the sort's order
