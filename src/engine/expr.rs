@@ -114,7 +114,7 @@ impl Expr {
                     }
                 }
                 if let Some(outputs) = outputs {
-                    outputs.push(output.clone());
+                    outputs.push(copied_into(input, &output));
                 }
                 Ok(output)
             }
@@ -164,12 +164,13 @@ impl Expr {
                     }
                 }
                 let declaration = plugin.declaration();
+                let received = input.len();
                 steps.push(Step {
                     plugin: declaration.name,
                     name: declaration.step,
-                    remaining: output.clone(),
+                    remaining: copied_into(input, &output),
                     reasons,
-                    received: input.len(),
+                    received,
                     input: source,
                     elapsed: started.elapsed(),
                 });
@@ -240,6 +241,15 @@ impl Expr {
         }
         warnings
     }
+}
+
+/// `servers` copied into `buffer`, a list no longer needed (a plugin's input once it has
+/// run: it holds the plugin's output, a part of it or it reordered, without growing). At
+/// thousands of servers each step's list made anew was one more large malloc.
+pub(super) fn copied_into(mut buffer: Vec<ServerId>, servers: &[ServerId]) -> Vec<ServerId> {
+    buffer.clear();
+    buffer.extend_from_slice(servers);
+    buffer
 }
 
 fn describe(data: Data) -> &'static str {

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use super::context::{RequestWrites, ServerId, ServerState};
-use super::expr::Expr;
+use super::expr::{copied_into, Expr};
 use super::incremental::{score, split_chain, unchanged_pipe, Increments, Split};
 use super::plugin::{Kind, Plugin, PluginError};
 use super::reasons::Reasons;
@@ -343,6 +343,12 @@ impl Recurring {
                 }
                 self.survivors.clone_from(&current);
                 self.increments.resize_with(split.rest.len(), || None);
+                // The last run's lists are replaced by this run's: their buffers hold them.
+                let mut spare: Vec<Vec<ServerId>> = self
+                    .last
+                    .take()
+                    .map(|last| last.steps.into_iter().map(|step| step.remaining).collect())
+                    .unwrap_or_default();
                 let mut output = (current, source);
                 for (item, increments) in split.rest.iter().zip(&mut self.increments) {
                     if output.0.is_empty() {
@@ -354,7 +360,8 @@ impl Recurring {
                         Expr::Plugin(p) if p.declaration().list_only && p.declaration().kind == Kind::Scorer => {
                             let (received, started) = (output.0.len(), std::time::Instant::now());
                             let scored = score(p.as_ref(), &mut req, output.0, increments, n)?;
-                            steps.push(counted_step(p.as_ref(), scored.clone(), received, output.1, started.elapsed()));
+                            let listed = copied_into(spare.pop().unwrap_or_default(), &scored);
+                            steps.push(counted_step(p.as_ref(), listed, received, output.1, started.elapsed()));
                             (scored, Some(steps.len() - 1))
                         }
                         _ => item.run_counting(&mut req, output.0, output.1, &mut steps)?,
