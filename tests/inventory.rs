@@ -452,6 +452,44 @@ async fn two_replicas_with_concurrent_clients_never_over_commit() {
 
 /// A change committed while a replica is cut off from the database (its connections
 /// terminated by the server) is seen once it reconnects: it catches up by generation.
+/// An allocation given up while its claim is on its way (its request timed out: 503)
+/// leaves no claim once that claim commits, in the store or in the replica; its retry is
+/// placed and claimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_allocation_given_up_while_its_claim_waits_leaves_no_claim() {
+    let Some(pg) = pg::start("inventory given up") else { return };
+    let url = pg.database("givenup");
+    let a = replica(None, &url, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1000")]).await;
+    let s1 = uuid(1, 1);
+    let put = put_json(a.addr, &format!("/inventory/servers/{s1}"), &server(&s1)).await;
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    // Claims wait while another session holds their table.
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("a second session");
+    tokio::spawn(connection);
+    client.batch_execute("BEGIN; LOCK TABLE claims IN EXCLUSIVE MODE").await.expect("the claims table locked");
+    let vm = uuid(9, 1);
+    let given_up = post_json(a.addr, "/allocate", &big_vm(&vm)).await;
+    assert_eq!(given_up.status, 503, "{}", String::from_utf8_lossy(&given_up.body));
+    client.batch_execute("COMMIT").await.expect("the claims table unlocked");
+    // The claim goes in once the table is free, and out again.
+    let started = Instant::now();
+    loop {
+        let stored = pg.psql("givenup", "SELECT count(*) FROM claims");
+        let held = send(a.addr, "GET", "/ping", &[], b"").await.json()["inventory"]["claims"].clone();
+        if stored == "0" && held == json!(0) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the given-up allocation's claim stayed: {stored} stored, {held} held by the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let retried = post_json(a.addr, "/allocate", &big_vm(&vm)).await;
+    assert_eq!(retried.status, 200, "{}", String::from_utf8_lossy(&retried.body));
+    assert_eq!(stored_claims(&pg, "givenup").get(&vm), Some(&s1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_committed_while_disconnected_is_seen_after_reconnecting() {
     let Some(pg) = pg::start("inventory reconnect") else { return };

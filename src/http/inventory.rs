@@ -231,7 +231,7 @@ pub(super) async fn release_claim(State(app): State<Arc<AppState>>, Path(vm_uuid
     result(
         async {
             let inventory = inventory(&app)?;
-            if !inventory.store().release(&vm_uuid).await? {
+            if !inventory.store().release(&vm_uuid, None).await? {
                 return Err(ApiError::NotFound(format!("no claim for VM {vm_uuid}")));
             }
             caught_up(&inventory).await;

@@ -59,7 +59,9 @@ struct ClaimJob {
     seen: i64,
     vm_uuid: String,
     resources: String,
-    reply: tokio::sync::oneshot::Sender<Result<bool, String>>,
+    /// Committed (`Some`: when the claim expires, as stored), lost to a change (`None`),
+    /// or not stored.
+    reply: tokio::sync::oneshot::Sender<Result<Option<f64>, String>>,
 }
 
 pub struct Inventory {
@@ -494,10 +496,11 @@ impl Inventory {
             };
             claims.upsert(claim, &resources);
             let (reply, committed) = tokio::sync::oneshot::channel();
-            let job = ClaimJob { server_uuid, seen: model.generation_of(id), vm_uuid, resources, reply };
+            let job =
+                ClaimJob { server_uuid, seen: model.generation_of(id), vm_uuid: vm_uuid.clone(), resources, reply };
             // Sent under the lock: the store takes claims in decision order.
             let _ = self.claimer.send(job);
-            Commit(committed)
+            Commit { vm_uuid, outcome: committed }
         });
         drop(claims);
         let decided_on = Decided {
@@ -519,16 +522,34 @@ impl Inventory {
 
     /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
     /// another replica (or a feed) changed the server first, after catching up (decide
-    /// again). The claims are settled by the claimer, not here: an allocation given up
-    /// while it waits leaves them right.
+    /// again). The claims held are settled by the claimer, not here; an allocation given
+    /// up while it waits (its request timed out) has its claim released once committed
+    /// ([`Awaited`]).
     pub async fn claimed<T>(self: &Arc<Self>, answer: T, commit: Commit) -> Result<Option<T>, AllocateError> {
-        match commit.0.await.unwrap_or_else(|_| Err("the claim was dropped".into())) {
-            Ok(true) => Ok(Some(answer)),
-            Ok(false) => {
+        let mut awaited = Awaited { inventory: self.clone(), commit: Some(commit) };
+        match awaited.outcome().await {
+            Ok(Some(_)) => Ok(Some(answer)),
+            Ok(None) => {
                 self.refresh().await.map_err(|e| AllocateError::Unavailable(e.to_string()))?;
                 Ok(None)
             }
             Err(e) => Err(AllocateError::Unavailable(format!("the claim could not be stored: {e}"))),
+        }
+    }
+
+    /// Releases the claim of an allocation given up while its claim was on its way
+    /// (`made`: when that claim expires, so that a later claim of the same VM, its retry,
+    /// is left alone).
+    async fn release_given_up(self: &Arc<Self>, vm_uuid: &str, made: f64) {
+        match self.store.release(vm_uuid, Some(made)).await {
+            Ok(_) => {
+                if let Err(e) = self.refresh().await {
+                    tracing::warn!(error = %e, "inventory catch-up after a release failed");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(vm_uuid, error = %e, "the claim of a request given up could not be released; it expires")
+            }
         }
     }
 
@@ -557,9 +578,40 @@ pub enum Attempt<T> {
     Claiming { answer: T, commit: Commit },
 }
 
-/// A claim on its way to the store ([`Inventory::claimed`]): committed (`true`), lost to a
-/// change (`false`), or not stored.
-pub struct Commit(tokio::sync::oneshot::Receiver<Result<bool, String>>);
+/// A claim on its way to the store ([`Inventory::claimed`]).
+pub struct Commit {
+    vm_uuid: String,
+    outcome: tokio::sync::oneshot::Receiver<Result<Option<f64>, String>>,
+}
+
+/// A claim an allocation waits for. Dropped before its outcome (the allocation given up:
+/// its request timed out, the client was answered 503), the claim is released once it is
+/// committed: no claim stays without its 200.
+struct Awaited {
+    inventory: Arc<Inventory>,
+    commit: Option<Commit>,
+}
+
+impl Awaited {
+    async fn outcome(&mut self) -> Result<Option<f64>, String> {
+        let Some(commit) = self.commit.as_mut() else { return Err("the claim was awaited twice".into()) };
+        let outcome = (&mut commit.outcome).await.unwrap_or_else(|_| Err("the claim was dropped".into()));
+        self.commit = None;
+        outcome
+    }
+}
+
+impl Drop for Awaited {
+    fn drop(&mut self) {
+        let (Some(commit), Ok(runtime)) = (self.commit.take(), tokio::runtime::Handle::try_current()) else { return };
+        let inventory = self.inventory.clone();
+        runtime.spawn(async move {
+            if let Ok(Ok(Some(expires))) = commit.outcome.await {
+                inventory.release_given_up(&commit.vm_uuid, expires).await;
+            }
+        });
+    }
+}
 
 /// What a request is but for its VM's uuid: allocations of equal shapes share what their
 /// chain's per-server part found ([`Recurring`]).
@@ -739,7 +791,7 @@ async fn claim_batches(
                     if let Some(inventory) = inventory.upgrade() {
                         inventory.settle(&job, &result);
                     }
-                    let _ = job.reply.send(result.map(|r| r.is_some()));
+                    let _ = job.reply.send(result.map(|r| r.map(|(_, expires)| expires)));
                 }
             }
             Err(e) => {
@@ -748,7 +800,7 @@ async fn claim_batches(
                     if let Some(inventory) = inventory.upgrade() {
                         inventory.settle(&job, &result);
                     }
-                    let _ = job.reply.send(result.clone().map(|r: Option<(i64, f64)>| r.is_some()));
+                    let _ = job.reply.send(Err(e.to_string()));
                 }
             }
         }

@@ -334,11 +334,19 @@ impl Store {
         Ok(out)
     }
 
-    /// Releases a claim (a failed provision); false when there was none.
-    pub async fn release(&self, vm_uuid: &str) -> Result<bool, StoreError> {
+    /// Releases a claim (a failed provision); false when there was none. With `made`, only
+    /// the claim that expires then (as the claim statement returned it): a later claim of
+    /// the same VM is another's.
+    pub async fn release(&self, vm_uuid: &str, made: Option<f64>) -> Result<bool, StoreError> {
         let mut client = self.pool.get().await?;
         let (tx, generation) = Self::begin_write(&mut client).await?;
-        let row = tx.query_opt("DELETE FROM claims WHERE vm_uuid = $1 RETURNING server_uuid", &[&vm_uuid]).await?;
+        let row = tx
+            .query_opt(
+                "DELETE FROM claims WHERE vm_uuid = $1 \
+                 AND ($2::float8 IS NULL OR extract(epoch FROM expires)::float8 = $2) RETURNING server_uuid",
+                &[&vm_uuid, &made],
+            )
+            .await?;
         let Some(row) = row else {
             tx.rollback().await?;
             return Ok(false);
