@@ -302,9 +302,9 @@ pub(super) async fn run_limited<T: Send + 'static>(
 /// whole body: it holds the request's permit, and takes a core itself while it computes.
 pub(super) type Inline<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, ApiError>> + Send>>;
 
-/// [`run_limited`], but a whole body is first offered to `inline`: when it takes it (its
-/// work is short, or waits mostly), that work runs where it is, within the same permit
-/// and timeout, and `work` is not run.
+/// [`run_limited`], but a whole body under 1 MiB is first offered to `inline`: when it
+/// takes it (its work is short, or waits mostly), that work runs where it is, within the
+/// same permit and timeout, and `work` is not run.
 pub(super) async fn run_limited_or_inline<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
@@ -355,7 +355,9 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                     BodyEncoding::Gzip => read_gzip_body(body, limits.max_body_bytes, pace).await?,
                 };
                 seen = Some(body_seen);
-                if let Some(inline) = inline(&bytes) {
+                // Only bodies that could have been read whole anyway: a big one (gzip) is
+                // not looked at on the runtime's thread.
+                if let Some(inline) = (bytes.len() < ARRIVING_FROM).then(|| inline(&bytes)).flatten() {
                     drop(bytes);
                     let result = inline.await;
                     drop(permit);

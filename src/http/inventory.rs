@@ -353,7 +353,7 @@ pub(super) fn patched(body: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// An allocation's answer (status, body, log outcome), or why there is none.
-pub(super) type Written = Result<(StatusCode, AnswerBody, Outcome), ApiError>;
+type Written = Result<(StatusCode, AnswerBody, Outcome), ApiError>;
 
 /// What a watched inventory allocation decided, and on what: for its record.
 struct Answered {
