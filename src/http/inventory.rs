@@ -374,11 +374,12 @@ pub(super) struct Asked {
 /// request's own task. Each attempt reads and validates the request as the stateless one
 /// is, decides on the inventory and answers by the same writer ([`written_answer`]) while
 /// the servers decided on are held; then the chosen server's claim is awaited, the core
-/// given back meanwhile. An attempt on the recurring path (compact steps, no explain) takes
-/// a fraction of a millisecond and runs here: handing it to the blocking pool and back
-/// cost a replica more CPU than the decision (context switches). Others, whose answers
-/// list every server, run in the blocking pool. A recorded allocation hands its record
-/// over once answered.
+/// given back meanwhile. An attempt on the recurring path (compact steps, no explain, the
+/// shape of the last request on the same servers) takes a fraction of a millisecond and
+/// runs here: handing it to the blocking pool and back cost a replica more CPU than the
+/// decision (context switches). Others (a run over every server, or an answer that lists
+/// them) run in the blocking pool, off the runtime's thread. A recorded allocation hands
+/// its record over once answered.
 pub(super) async fn allocate(app: Arc<AppState>, inventory: Arc<Inventory>, body: Vec<u8>, asked: Asked) -> Written {
     let Asked { steps, explain, watch } = asked;
     let recording = watch.as_ref().is_some_and(|w| w.recording());
@@ -387,15 +388,17 @@ pub(super) async fn allocate(app: Arc<AppState>, inventory: Arc<Inventory>, body
     for _ in 0..CLAIM_RETRIES {
         let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
         let engine = app.engine();
-        let (attempted, answered) = if short {
-            attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording)
+        let here = short.then(|| attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording, true));
+        let (attempted, answered) = if let Some(Some(attempted)) = here {
+            attempted
         } else {
             let (app, inventory, body, explain) = (app.clone(), inventory.clone(), body.clone(), explain.clone());
-            tokio::task::spawn_blocking(move || {
-                attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording)
+            let attempted = tokio::task::spawn_blocking(move || {
+                attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording, false)
             })
             .await
-            .map_err(|e| ApiError::Internal(format!("the request failed unexpectedly: {e}")))?
+            .map_err(|e| ApiError::Internal(format!("the request failed unexpectedly: {e}")))?;
+            attempted.ok_or_else(|| ApiError::Internal("an attempt in the pool was not made".into()))?
         };
         drop(core);
         let answer = match attempted? {
@@ -424,9 +427,14 @@ fn api_error(e: AllocateError) -> ApiError {
     }
 }
 
+/// An attempt's outcome, and (recording) what it decided on.
+type Attempted = (Result<Attempt<Written>, ApiError>, Option<Answered>);
+
 /// One attempt ([`Inventory::decide`]), from the body. With `recording`, also what it
 /// decided and the servers and claims it was decided on (shared, not copied: the answer
-/// is not delayed).
+/// is not delayed). With `only_recurring`, `None` unless the request recurs (a run over
+/// every server, tens of milliseconds at thousands, is not made on the runtime's thread).
+#[allow(clippy::too_many_arguments)]
 fn attempt(
     engine: &Engine,
     app: &AppState,
@@ -435,11 +443,15 @@ fn attempt(
     steps: StepsFormat,
     explain: Option<&ExplainOptions>,
     recording: bool,
-) -> (Result<Attempt<Written>, ApiError>, Option<Answered>) {
+    only_recurring: bool,
+) -> Option<Attempted> {
     let mut request = match parse_allocate_body(body).map_err(AnswerError::from) {
         Ok(request) => request,
-        Err(e) => return (Err(e.into()), None),
+        Err(e) => return Some((Err(e.into()), None)),
     };
+    if only_recurring && !inventory.recurs(&request) {
+        return None;
+    }
     if recording {
         // A replay must draw the same random numbers as the answer did.
         super::watch::fix_seed(&mut request, engine);
@@ -468,7 +480,7 @@ fn attempt(
         let counts = steps == StepsFormat::Counts;
         inventory.decide(engine, &request, explain.is_some(), counts, recording, &mut write).map_err(api_error)
     })();
-    (result, answered)
+    Some((result, answered))
 }
 
 /// What an allocation on `servers` decided (as [`Verdict::of`] says of a request's).

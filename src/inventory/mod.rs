@@ -520,6 +520,14 @@ impl Inventory {
         })
     }
 
+    /// Whether a counts allocation of `request` would reuse the last one's work (the same
+    /// shape, the servers laid out as then): a fraction of a millisecond, where otherwise
+    /// every server is run through the chain.
+    pub fn recurs(&self, request: &AllocateBody<'_>) -> bool {
+        let layout = self.model().layout();
+        lock(&self.recurrence).as_ref().is_some_and(|r| r.layout == layout && r.shape.fits(request))
+    }
+
     /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
     /// another replica (or a feed) changed the server first, after catching up (decide
     /// again). The claims held are settled by the claimer, not here; an allocation given
