@@ -37,30 +37,33 @@ fn status_kib_of(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// CPU time (user + system) of a process so far, in clock ticks (10 ms).
-fn cpu_ticks(pid: u32) -> u64 {
+/// The fields of `/proc/PID/stat` after the command's closing parenthesis (state, ppid, ...;
+/// utime and stime are the 12th and 13th); empty if unreadable.
+fn stat_fields(pid: u32) -> Vec<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command's closing parenthesis: state, ppid, ...; utime and stime are the
-    // 12th and 13th fields from there.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    field(11) + field(12)
+    rest.split_whitespace().map(|v| v.parse().unwrap_or(0)).collect()
 }
 
-/// CPU ticks of PostgreSQL's processes: the postmaster's children (`postmaster.pid` in the
-/// data directory names it).
+/// CPU time (user + system) of a process so far, in clock ticks (10 ms).
+fn cpu_ticks(pid: u32) -> u64 {
+    let fields = stat_fields(pid);
+    fields.get(11).unwrap_or(&0) + fields.get(12).unwrap_or(&0)
+}
+
+/// CPU ticks of PostgreSQL's processes: the postmaster and its children (`postmaster.pid`
+/// in the data directory names it).
 fn postgres_ticks(data_dir: &std::path::Path) -> u64 {
     let postmaster: Option<u32> = std::fs::read_to_string(data_dir.join("data").join("postmaster.pid"))
         .ok()
         .and_then(|t| t.lines().next()?.trim().parse().ok());
     let Some(postmaster) = postmaster else { return 0 };
-    let children = std::fs::read_dir("/proc").into_iter().flatten().flatten().filter_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid: u32 = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
-        (ppid == postmaster).then_some(pid)
-    });
+    let pids = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok());
+    let children = pids.filter(|&pid| stat_fields(pid).get(1) == Some(&u64::from(postmaster)));
     children.map(cpu_ticks).sum::<u64>() + cpu_ticks(postmaster)
 }
 
@@ -308,7 +311,8 @@ async fn inventory_benchmark() {
     }
     let elapsed = started.elapsed();
     let ticks_after = [cpu_ticks(first.child.id()), cpu_ticks(second.child.id()), cpu_ticks(std::process::id())];
-    let pg_ticks = postgres_ticks(pg.dir()) - pg_before;
+    // A backend that ended took its ticks with it.
+    let pg_ticks = postgres_ticks(pg.dir()).saturating_sub(pg_before);
     latencies.sort();
     let ok = statuses.get(&200).copied().unwrap_or(0);
     println!(
@@ -323,10 +327,10 @@ async fn inventory_benchmark() {
     let per_answer = |ticks: u64| ticks as f64 * 10.0 / latencies.len().max(1) as f64;
     println!(
         "CPU per answer: deciding replica {:.3} ms, the other {:.3} ms, PostgreSQL {:.3} ms, the clients (this process) {:.3} ms",
-        per_answer(ticks_after[0] - ticks_before[0]),
-        per_answer(ticks_after[1] - ticks_before[1]),
+        per_answer(ticks_after[0].saturating_sub(ticks_before[0])),
+        per_answer(ticks_after[1].saturating_sub(ticks_before[1])),
         per_answer(pg_ticks),
-        per_answer(ticks_after[2] - ticks_before[2]),
+        per_answer(ticks_after[2].saturating_sub(ticks_before[2])),
     );
     let (put_at, held_after) = put_at.await.expect("put");
     println!("a server committed through the other replica was held by this one {held_after:?} after its PUT answered");

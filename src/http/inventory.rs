@@ -22,7 +22,7 @@ use crate::inventory::claims::ticket_json;
 use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
 use crate::inventory::{AllocateError, Attempt, Decided, Inventory, CLAIM_RETRIES};
-use crate::model::Server;
+use crate::model::{AllocateBody, Server};
 use crate::record::DecidedOn;
 use crate::validate::validate_payload;
 use crate::wire::parse_allocate_body;
@@ -388,17 +388,29 @@ pub(super) async fn allocate(app: Arc<AppState>, inventory: Arc<Inventory>, body
     for _ in 0..CLAIM_RETRIES {
         let core = app.cpu_slots.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
         let engine = app.engine();
-        let here = short.then(|| attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording, true));
-        let (attempted, answered) = if let Some(Some(attempted)) = here {
-            attempted
-        } else {
-            let (app, inventory, body, explain) = (app.clone(), inventory.clone(), body.clone(), explain.clone());
-            let attempted = tokio::task::spawn_blocking(move || {
-                attempt(&engine, &app, &inventory, &body, steps, explain.as_ref(), recording, false)
-            })
-            .await
-            .map_err(|e| ApiError::Internal(format!("the request failed unexpectedly: {e}")))?;
-            attempted.ok_or_else(|| ApiError::Internal("an attempt in the pool was not made".into()))?
+        let (attempted, answered) = match short.then(|| read(&body)).transpose()? {
+            Some(request) if inventory.recurs(&request) => {
+                attempt(&engine, &app, &inventory, &body, request, steps, explain.as_ref(), recording)
+            }
+            // A run over every server: not on the runtime's thread.
+            _ => {
+                let (app, inventory, body, explain) = (app.clone(), inventory.clone(), body.clone(), explain.clone());
+                tokio::task::spawn_blocking(move || {
+                    let request = read(&body)?;
+                    Ok::<_, ApiError>(attempt(
+                        &engine,
+                        &app,
+                        &inventory,
+                        &body,
+                        request,
+                        steps,
+                        explain.as_ref(),
+                        recording,
+                    ))
+                })
+                .await
+                .map_err(|e| ApiError::Internal(format!("the request failed unexpectedly: {e}")))??
+            }
         };
         drop(core);
         let answer = match attempted? {
@@ -430,28 +442,24 @@ fn api_error(e: AllocateError) -> ApiError {
 /// An attempt's outcome, and (recording) what it decided on.
 type Attempted = (Result<Attempt<Written>, ApiError>, Option<Answered>);
 
-/// One attempt ([`Inventory::decide`]), from the body. With `recording`, also what it
-/// decided and the servers and claims it was decided on (shared, not copied: the answer
-/// is not delayed). With `only_recurring`, `None` unless the request recurs (a run over
-/// every server, tens of milliseconds at thousands, is not made on the runtime's thread).
+fn read(body: &[u8]) -> Result<AllocateBody<'_>, ApiError> {
+    Ok(parse_allocate_body(body).map_err(AnswerError::from)?)
+}
+
+/// One attempt ([`Inventory::decide`]) for `request`, read from `body`. With `recording`,
+/// also what it decided and the servers and claims it was decided on (shared, not copied:
+/// the answer is not delayed).
 #[allow(clippy::too_many_arguments)]
 fn attempt(
     engine: &Engine,
     app: &AppState,
-    inventory: &Inventory,
+    inventory: &Arc<Inventory>,
     body: &[u8],
+    mut request: AllocateBody<'_>,
     steps: StepsFormat,
     explain: Option<&ExplainOptions>,
     recording: bool,
-    only_recurring: bool,
-) -> Option<Attempted> {
-    let mut request = match parse_allocate_body(body).map_err(AnswerError::from) {
-        Ok(request) => request,
-        Err(e) => return Some((Err(e.into()), None)),
-    };
-    if only_recurring && !inventory.recurs(&request) {
-        return None;
-    }
+) -> Attempted {
     if recording {
         // A replay must draw the same random numbers as the answer did.
         super::watch::fix_seed(&mut request, engine);
@@ -480,7 +488,7 @@ fn attempt(
         let counts = steps == StepsFormat::Counts;
         inventory.decide(engine, &request, explain.is_some(), counts, recording, &mut write).map_err(api_error)
     })();
-    Some((result, answered))
+    (result, answered)
 }
 
 /// What an allocation on `servers` decided (as [`Verdict::of`] says of a request's).

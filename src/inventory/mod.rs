@@ -437,7 +437,7 @@ impl Inventory {
     /// shape ([`Recurring`]). With `keep_claims`, `write` is given the claims counted (a
     /// record needs them).
     pub fn decide<T>(
-        &self,
+        self: &Arc<Self>,
         engine: &Engine,
         request: &AllocateBody<'_>,
         explain: bool,
@@ -500,7 +500,7 @@ impl Inventory {
                 ClaimJob { server_uuid, seen: model.generation_of(id), vm_uuid: vm_uuid.clone(), resources, reply };
             // Sent under the lock: the store takes claims in decision order.
             let _ = self.claimer.send(job);
-            Commit { vm_uuid, outcome: committed }
+            Commit { inventory: self.clone(), vm_uuid, outcome: Some(committed) }
         });
         drop(claims);
         let decided_on = Decided {
@@ -530,12 +530,10 @@ impl Inventory {
 
     /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
     /// another replica (or a feed) changed the server first, after catching up (decide
-    /// again). The claims held are settled by the claimer, not here; an allocation given
-    /// up while it waits (its request timed out) has its claim released once committed
-    /// ([`Awaited`]).
-    pub async fn claimed<T>(self: &Arc<Self>, answer: T, commit: Commit) -> Result<Option<T>, AllocateError> {
-        let mut awaited = Awaited { inventory: self.clone(), commit: Some(commit) };
-        match awaited.outcome().await {
+    /// again). The claims held are settled by the claimer, not here; a commit not waited
+    /// for to the end is released ([`Commit`]).
+    pub async fn claimed<T>(self: &Arc<Self>, answer: T, mut commit: Commit) -> Result<Option<T>, AllocateError> {
+        match commit.outcome().await {
             Ok(Some(_)) => Ok(Some(answer)),
             Ok(None) => {
                 self.refresh().await.map_err(|e| AllocateError::Unavailable(e.to_string()))?;
@@ -586,36 +584,32 @@ pub enum Attempt<T> {
     Claiming { answer: T, commit: Commit },
 }
 
-/// A claim on its way to the store ([`Inventory::claimed`]).
+/// A claim on its way to the store ([`Inventory::claimed`]). Dropped before its outcome
+/// is known (the allocation given up: its request timed out while deciding or waiting, the
+/// client was answered 503), the claim is released once it is committed: no claim stays
+/// without its 200.
 pub struct Commit {
-    vm_uuid: String,
-    outcome: tokio::sync::oneshot::Receiver<Result<Option<f64>, String>>,
-}
-
-/// A claim an allocation waits for. Dropped before its outcome (the allocation given up:
-/// its request timed out, the client was answered 503), the claim is released once it is
-/// committed: no claim stays without its 200.
-struct Awaited {
     inventory: Arc<Inventory>,
-    commit: Option<Commit>,
+    vm_uuid: String,
+    outcome: Option<tokio::sync::oneshot::Receiver<Result<Option<f64>, String>>>,
 }
 
-impl Awaited {
+impl Commit {
     async fn outcome(&mut self) -> Result<Option<f64>, String> {
-        let Some(commit) = self.commit.as_mut() else { return Err("the claim was awaited twice".into()) };
-        let outcome = (&mut commit.outcome).await.unwrap_or_else(|_| Err("the claim was dropped".into()));
-        self.commit = None;
+        let Some(outcome) = self.outcome.as_mut() else { return Err("the claim was awaited twice".into()) };
+        let outcome = outcome.await.unwrap_or_else(|_| Err("the claim was dropped".into()));
+        self.outcome = None;
         outcome
     }
 }
 
-impl Drop for Awaited {
+impl Drop for Commit {
     fn drop(&mut self) {
-        let (Some(commit), Ok(runtime)) = (self.commit.take(), tokio::runtime::Handle::try_current()) else { return };
-        let inventory = self.inventory.clone();
+        let (Some(outcome), Ok(runtime)) = (self.outcome.take(), tokio::runtime::Handle::try_current()) else { return };
+        let (inventory, vm_uuid) = (self.inventory.clone(), std::mem::take(&mut self.vm_uuid));
         runtime.spawn(async move {
-            if let Ok(Ok(Some(expires))) = commit.outcome.await {
-                inventory.release_given_up(&commit.vm_uuid, expires).await;
+            if let Ok(Ok(Some(expires))) = outcome.await {
+                inventory.release_given_up(&vm_uuid, expires).await;
             }
         });
     }
