@@ -73,17 +73,22 @@ pub struct InventoryConfig {
     pub staleness_ms: u64,
     /// How long a claim counts (like a ticket) unless its VM appears or it is released.
     pub claim_ttl_s: u64,
+    /// How many kinds of request (a [`RecurringKey`](crate::engine::RecurringKey): owner,
+    /// size, image...) keep what their last allocation found, so that the next one of that
+    /// kind re-runs only the servers changed since (each holds about 0.6 KB per server:
+    /// 3 MiB at 5,000 servers).
+    pub recurring_kinds: u64,
 }
 
 impl Default for InventoryConfig {
     fn default() -> InventoryConfig {
-        InventoryConfig { url: None, staleness_ms: 3000, claim_ttl_s: 600 }
+        InventoryConfig { url: None, staleness_ms: 3000, claim_ttl_s: 600, recurring_kinds: 4 }
     }
 }
 
 impl InventoryConfig {
     /// The keys of `inventory`, as a config file spells them.
-    pub const KEYS: [&'static str; 3] = ["url", "staleness_ms", "claim_ttl_s"];
+    pub const KEYS: [&'static str; 4] = ["url", "staleness_ms", "claim_ttl_s", "recurring_kinds"];
 
     fn set(&mut self, key: &str, value: &Value) -> Result<(), String> {
         let whole = |v: &Value| match v.as_u64() {
@@ -98,6 +103,7 @@ impl InventoryConfig {
             }
             "staleness_ms" => self.staleness_ms = whole(value)?,
             "claim_ttl_s" => self.claim_ttl_s = whole(value)?,
+            "recurring_kinds" => self.recurring_kinds = whole(value)?,
             _ => unreachable!("inventory.{key} is not in InventoryConfig::KEYS"),
         }
         Ok(())
@@ -975,6 +981,7 @@ mod tests {
         assert_eq!(c.defaults["weight_uniform_random"], 0.5);
         assert_eq!(c.limits.max_servers, 20_000);
         assert!(c.limits.worker_threads >= 1);
+        assert_eq!(c.inventory.recurring_kinds, 4);
         c.engine().expect("default engine");
     }
 
@@ -985,6 +992,7 @@ mod tests {
             ("DAPI_LIMITS__MAX_SERVERS", "12"),
             ("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "5000"),
             ("DAPI_LIMITS__WORKER_THREADS", "3"),
+            ("DAPI_INVENTORY__RECURRING_KINDS", "16"),
             ("DAPI_DEFAULTS__WEIGHT_UNIFORM_RANDOM", "0"),
             ("DAPI_DEFAULTS__FILTER_HEADNODE", "false"),
             ("DAPI_DEFAULTS__WEIGHT_NEXT_REBOOT", "0.25"),
@@ -997,6 +1005,7 @@ mod tests {
         assert_eq!(c.limits.max_servers, 12);
         assert_eq!(c.limits.request_timeout_ms, 5000);
         assert_eq!(c.limits.worker_threads, 3);
+        assert_eq!(c.inventory.recurring_kinds, 16);
         assert_eq!(c.defaults["weight_uniform_random"], 0);
         assert_eq!(c.defaults["filter_headnode"], false);
         assert_eq!(c.defaults["weight_next_reboot"], 0.25);
@@ -1052,6 +1061,8 @@ mod tests {
         assert_eq!(err, "DAPI_LIMITS__MAX_SERVERS: must be at least 1");
         let err = load_env(&[("DAPI_LIMITS__WORKER_THREADS", "0")]).expect_err("no threads");
         assert_eq!(err, "DAPI_LIMITS__WORKER_THREADS: must be at least 1");
+        let err = load_env(&[("DAPI_INVENTORY__RECURRING_KINDS", "0")]).expect_err("no kinds");
+        assert!(err.starts_with("DAPI_INVENTORY__RECURRING_KINDS: must be a whole number above 0"), "{err}");
         let err = load_env(&[("DAPI_LOG_LEVEL", "loud")]).expect_err("level");
         assert!(err.starts_with("DAPI_LOG_LEVEL: must be error, warn"), "{err}");
         let err = load_env(&[("DAPI_AUTH_TOKEN", " ")]).expect_err("empty token");

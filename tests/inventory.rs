@@ -793,3 +793,55 @@ async fn a_vm_placed_again_is_decided_as_the_full_chain_decides_it() {
         assert_eq!(step_counts(&recurring), step_counts(&full), "VM {next} after a VM placed again");
     }
 }
+
+/// Allocations of three kinds of request in turn (sizes 32, 48 and 64 GiB, every VM with
+/// its own alias, tags and metadata, as a caller's are), on a replica that keeps two kinds'
+/// work: each is decided as the full chain decides it, whether its kind's work was kept
+/// (the servers changed since re-run), or dropped for another kind's and made afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them() {
+    let Some(pg) = pg::start("inventory kinds in turn") else { return };
+    let url = pg.database("kinds");
+    let a = replica(None, &url, &[("DAPI_INVENTORY__RECURRING_KINDS", "2")]).await;
+    for (i, gib) in [160u64, 192, 224, 256, 288, 320].iter().enumerate() {
+        let uuid = uuid(1, i + 1);
+        let mut s = server(&uuid);
+        s["vms"] = json!({});
+        s["memory_total_bytes"] = json!(gib << 30);
+        s["memory_available_bytes"] = json!(gib << 30);
+        let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
+        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    }
+    let place = |vm: usize, steps: &'static str| {
+        let addr = a.addr;
+        async move {
+            let mut request = big_vm(&uuid(9, vm));
+            let mib = [32768, 49152, 65536][vm % 3];
+            request["vm"]["ram"] = json!(mib);
+            request["vm"]["max_physical_memory"] = json!(mib);
+            request["package"]["max_physical_memory"] = json!(mib);
+            request["vm"]["alias"] = json!(format!("vm-{vm}"));
+            request["vm"]["tags"] = json!({"role": "web", "n": vm});
+            request["vm"]["internal_metadata"] = json!({"seq": vm});
+            let reply = post_json(addr, &format!("/allocate?steps={steps}"), &request).await;
+            (reply.status, reply.json())
+        }
+    };
+    let (mut placed, mut vm) = (0, 0);
+    // Twice through the three kinds in one order, then in another (each kind last seen
+    // one or two allocations back).
+    for order in [[0usize, 1, 2], [0, 1, 2], [2, 0, 1], [1, 1, 0], [2, 2, 1], [0, 2, 1]] {
+        for kind in order {
+            vm += 3 - (vm % 3) + kind;
+            // Counts: the recurring path, which claims; full: the whole chain, for the
+            // same VM (placed again: its own claim left out), on the same claims.
+            let (status, recurring) = place(vm, "counts").await;
+            let (full_status, full) = place(vm, "full").await;
+            assert_eq!(status, full_status, "VM {vm}: {recurring} {full}");
+            assert_eq!(recurring["server"]["uuid"], full["server"]["uuid"], "VM {vm}");
+            assert_eq!(step_counts(&recurring), step_counts(&full), "VM {vm}");
+            placed += usize::from(status == 200);
+        }
+    }
+    assert!(placed >= 12, "only {placed} VMs placed");
+}

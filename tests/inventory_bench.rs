@@ -9,7 +9,10 @@
 //! INVENTORY_BENCH_STEPS (the allocations' `steps` form, `counts`, as a caller that reads only
 //! the decision asks; empty: inventory mode's default, `removed`), INVENTORY_BENCH_RATES
 //! (the open loop's rates, `100,500,1000`: each run for half of INVENTORY_BENCH_SECONDS),
-//! INVENTORY_BENCH_DAPI (the replicas' binary, to compare another build's; default this one).
+//! INVENTORY_BENCH_DAPI (the replicas' binary, to compare another build's; default this one),
+//! INVENTORY_BENCH_SHAPES (1: every request the same but for its VM's uuid; N: as callers
+//! send them, each VM with its own alias, tags and metadata, its owner and size one of N
+//! in turn).
 
 mod common;
 mod pg;
@@ -76,6 +79,61 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 
 /// Where each client's VM uuid goes in the request's text.
 const VM_UUID_TEMPLATE: &str = "b0000000-0000-4000-8000-vmuuidvmuuid";
+const VM_NAME_TEMPLATE: &str = "bench-vm-name-template";
+
+/// The allocation requests the clients send: their text made once per shape, each request
+/// putting in its VM's uuid (and, with several shapes, its name): the clients share the two
+/// cores with the replicas and PostgreSQL, so they build and read as little as they can.
+struct VmRequests {
+    templates: Vec<String>,
+    named: bool,
+}
+
+impl VmRequests {
+    fn new(request: &Value, shapes: usize) -> VmRequests {
+        let owners: Vec<Value> = request["servers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|server| server["vms"].as_object()?.values().next().map(|vm| vm["owner_uuid"].clone()))
+            .take(shapes)
+            .collect();
+        let templates = (0..shapes)
+            .map(|shape| {
+                let mut vm_request = request.clone();
+                vm_request.as_object_mut().expect("object").remove("servers");
+                let vm = &mut vm_request["vm"];
+                vm["vm_uuid"] = json!(VM_UUID_TEMPLATE);
+                vm["uuid"] = json!(VM_UUID_TEMPLATE);
+                if shapes > 1 {
+                    // What differs from VM to VM in a caller's requests, and what differs
+                    // from one customer's order to another's.
+                    vm["alias"] = json!(VM_NAME_TEMPLATE);
+                    vm["tags"] = json!({"role": "web", "name": VM_NAME_TEMPLATE});
+                    vm["internal_metadata"] = json!({"provisioned-as": VM_NAME_TEMPLATE});
+                    vm["owner_uuid"] = owners.get(shape).cloned().unwrap_or_else(|| vm["owner_uuid"].clone());
+                    let ram = [1024, 2048, 4096, 8192][shape % 4];
+                    vm["ram"] = json!(ram);
+                    vm["max_physical_memory"] = json!(ram);
+                    vm_request["package"]["max_physical_memory"] = json!(ram);
+                }
+                serde_json::to_string(&vm_request).expect("json")
+            })
+            .collect();
+        VmRequests { templates, named: shapes > 1 }
+    }
+
+    /// The `n`th request: the `n`th VM, of shape `n` mod the shapes.
+    fn nth(&self, n: usize) -> String {
+        let text = self.templates[n % self.templates.len()]
+            .replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
+        if self.named {
+            text.replace(VM_NAME_TEMPLATE, &format!("bench-{n}"))
+        } else {
+            text
+        }
+    }
+}
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
@@ -224,14 +282,9 @@ async fn inventory_benchmark() {
     println!("stateless POST /allocate at {servers} servers: {:?} each", stateless);
     drop(stateless_server);
 
-    // The request's text made once, each client putting in its VM's uuid: the clients
-    // share the two cores with the replicas and PostgreSQL, so they build and read as little
-    // as they can.
-    let mut vm_request = request.clone();
-    vm_request.as_object_mut().expect("object").remove("servers");
-    vm_request["vm"]["vm_uuid"] = json!(VM_UUID_TEMPLATE);
-    vm_request["vm"]["uuid"] = json!(VM_UUID_TEMPLATE);
-    let vm_request = Arc::new(serde_json::to_string(&vm_request).expect("json"));
+    let shapes = env("INVENTORY_BENCH_SHAPES", 1).max(1);
+    let vm_request = Arc::new(VmRequests::new(&request, shapes));
+    println!("request shapes: {shapes}");
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let counter = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
@@ -253,7 +306,7 @@ async fn inventory_benchmark() {
             let mut connection = common::Connection::open(addr).await;
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let r = vm_request.replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
+                let r = vm_request.nth(n);
                 let t = Instant::now();
                 let reply = connection.send("POST", &path, &[("Content-Type", "application/json")], r.as_bytes()).await;
                 latencies.push(t.elapsed());
@@ -364,7 +417,7 @@ async fn inventory_benchmark() {
                 (pool.clone(), opened.clone(), vm_request.clone(), path.clone(), next_vm.clone());
             sent.push(tokio::spawn(async move {
                 let n = next_vm.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let r = vm_request.replace(VM_UUID_TEMPLATE, &format!("b0000000-0000-4000-8000-{n:012}"));
+                let r = vm_request.nth(n);
                 let taken = pool.lock().await.pop();
                 let mut connection = match taken {
                     Some(c) => c,

@@ -8,7 +8,7 @@ mod common;
 #[path = "../benches/input.rs"]
 mod input;
 
-use dapi::engine::{Allocation, Changed, Held, Recurring, ServerId, StepsFormat};
+use dapi::engine::{Allocation, Changed, Held, Recurring, RecurringKey, ServerId, StepsFormat};
 use dapi::model::{AllocateBody, Ticket};
 use dapi::validate::validate_allocate;
 use dapi::wire::parse_allocate_body;
@@ -117,12 +117,19 @@ fn recurring_allocations_answer_as_full_runs_do() {
             let mut recurring = Recurring::new();
             let mut claims: Vec<Ticket> = Vec::new();
             let mut changed: Option<(Vec<ServerId>, Vec<ServerId>)> = None;
+            let mut kind: Option<RecurringKey> = None;
             for round in 0..40 {
                 let case = format!("{name}, template {t}, round {round}");
                 request["servers"] = json!(servers);
+                // Each VM named, tagged and described as a caller's are: one kind all along.
                 request["vm"]["vm_uuid"] = json!(format!("5e1ec7ed-0000-4000-8000-{round:012x}"));
+                request["vm"]["alias"] = json!(format!("web-{round}"));
+                request["vm"]["tags"] = json!({"role": "web", "seq": round});
+                request["vm"]["internal_metadata"] = json!({"docker:id": format!("{round:064x}")});
                 let text = serde_json::to_vec(&request).expect("json");
                 let body = parse(&text);
+                let key = RecurringKey::of(&body);
+                assert!(kind.get_or_insert_with(|| key.clone()) == &key, "{case}: another kind");
                 let held =
                     Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &claims };
                 let full = engine.allocate_on(held, &body, false).expect("full run");
@@ -232,4 +239,56 @@ fn the_rest_is_reused_again_and_again_while_its_steps_are_handed_back() {
     assert_eq!((again.chosen, counts(&again, &body)), (chosen, steps.clone()));
     assert_eq!((kept.chosen, counts(&kept, &body)), (chosen, steps));
     assert_eq!(recurring.reused_rest(), 4, "not reused while lent");
+}
+
+#[test]
+fn kinds_differ_in_what_per_server_plugins_read() {
+    let base: Value = serde_json::from_slice(&input::body(4, 2)).expect("bench body");
+    let plain_text = serde_json::to_vec(&base).expect("json");
+    let plain_body = parse(&plain_text);
+    let plain = RecurringKey::of(&plain_body);
+    // The key of a request with `vm` put in, checked to agree with `fits` both ways.
+    let key_with = |vm: Value| {
+        let mut request = base.clone();
+        for (k, v) in vm.as_object().expect("object") {
+            request["vm"][k] = v.clone();
+        }
+        let text = serde_json::to_vec(&request).expect("json");
+        let body = parse(&text);
+        let key = RecurringKey::of(&body);
+        assert_eq!(key == plain, plain.fits(&body), "{vm}");
+        assert_eq!(key == plain, key.fits(&plain_body), "{vm}");
+        key
+    };
+    assert!(key_with(json!({"alias": "another", "tags": {"role": "db"}, "internal_metadata": {"x": 1}})) == plain);
+    for read in [
+        json!({"tags": {"triton.placement.exclude_virtual_servers": true}}),
+        json!({"internal_metadata": {"force_designation_failure": true}}),
+        json!({"internal_metadata": {"encrypted": true}}),
+        json!({"internal_metadata": {"volapi-nfs-version": 2}}),
+        json!({"ram": 256}),
+        json!({"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853"}),
+    ] {
+        assert!(key_with(read.clone()) != plain, "{read}: the same kind");
+    }
+    // Each of those keys changes what the chain's per-server part does to some server.
+    let engine = common::engine_with(None, input::config()["defaults"].clone());
+    for read in [
+        json!({"internal_metadata": {"force_designation_failure": true}}),
+        json!({"internal_metadata": {"encrypted": true}}),
+    ] {
+        let mut request = base.clone();
+        for (k, v) in read.as_object().expect("object") {
+            request["vm"][k] = v.clone();
+        }
+        let text = serde_json::to_vec(&request).expect("json");
+        let body = parse(&text);
+        let held = Held {
+            servers: &body.servers,
+            raw_servers: &body.raw_servers,
+            lookups: None,
+            tickets: &dapi::engine::NO_TICKETS,
+        };
+        assert_eq!(engine.allocate_on(held, &body, false).expect("run").chosen, None, "{read}");
+    }
 }

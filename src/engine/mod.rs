@@ -32,7 +32,7 @@ pub use plugin::{
     keep_passing, Data, Declaration, Kind, Plugin, PluginError, PreFilter, Registry, ServerFilter, Verdict,
 };
 pub use reasons::{write_json_str, KeyTable, Msg, ReasonKey, Reasons, ServerKey};
-pub use recurring::{Changed, Recurring};
+pub use recurring::{Changed, Recurring, RecurringKey};
 pub use summary::{Step, StepsFormat, StepsView};
 
 use crate::js::num_to_json;

@@ -2,8 +2,8 @@
 //! servers: inventory mode, where each allocation claims one server and feeds change a few.
 //!
 //! The chain's leading per-server part ([`Declaration::per_server`](super::plugin::Declaration::per_server))
-//! does to each server what depends only on the request and that server. For requests that
-//! differ only in the VM's uuid (which no per-server decision reads), [`Recurring`] keeps
+//! does to each server what depends only on the request and that server. For requests of
+//! one [`RecurringKey`] (differing only in what no per-server decision reads), [`Recurring`] keeps
 //! each server's outcome of that part (removed by which plugin, or the state written for
 //! it) and runs it again only for the servers the caller says changed. The rest of the
 //! chain runs as in a full run, over the servers kept, with the same states: the decision
@@ -23,7 +23,42 @@ use super::reasons::Reasons;
 use super::summary::Step;
 use super::{select, Allocation, Engine, Held};
 use crate::js::sort::KeptOrder;
-use crate::model::AllocateBody;
+use crate::model::{AllocateBody, Image, Package, Ticket, VmPayload};
+
+/// What of a request the chain's per-server part reads: requests with equal keys have every
+/// server decided alike by that part, so they may share one [`Recurring`]. It leaves out
+/// what names the VM alone (uuid, alias, and tags and metadata no per-server plugin reads:
+/// [`VmPayload::as_read_per_server`](crate::model::VmPayload::as_read_per_server)), so a
+/// caller's VMs of one owner and size share it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecurringKey {
+    vm: VmPayload,
+    image: Image,
+    package: Option<Package>,
+    tickets: Vec<Ticket>,
+    seed: Option<u64>,
+}
+
+impl RecurringKey {
+    pub fn of(request: &AllocateBody<'_>) -> RecurringKey {
+        RecurringKey {
+            vm: request.vm.as_read_per_server(),
+            image: request.image.clone(),
+            package: request.package.clone(),
+            tickets: request.tickets.clone(),
+            seed: request.seed,
+        }
+    }
+
+    /// Whether `request` has this key (without building its own).
+    pub fn fits(&self, request: &AllocateBody<'_>) -> bool {
+        self.image == request.image
+            && self.package == request.package
+            && self.tickets == request.tickets
+            && self.seed == request.seed
+            && self.vm.read_alike_per_server(&request.vm)
+    }
+}
 
 /// Which servers changed since the last allocation.
 #[derive(Debug, Clone, Copy)]
@@ -45,7 +80,12 @@ enum Outcome {
     Stale,
     /// Removed by the per-server plugin at this position.
     RemovedBy(usize),
+    /// Kept, with the state the part left it in: whole when the rest of the chain writes
+    /// more than scores (the rest starts from it), else only its score (the states are
+    /// handed from one allocation to the next, and a whole copy per kind of request would
+    /// hold every ticketed VM once more).
     Kept(Box<ServerState>),
+    KeptScored(f64),
 }
 
 impl Outcome {
@@ -54,7 +94,7 @@ impl Outcome {
         match self {
             Outcome::Stale => None,
             Outcome::RemovedBy(position) => Some(*position),
-            Outcome::Kept(_) => Some(plugins),
+            Outcome::Kept(_) | Outcome::KeptScored(_) => Some(plugins),
         }
     }
 }
@@ -258,7 +298,11 @@ impl Recurring {
             kept = output;
         }
         for &id in &kept {
-            self.outcomes[id] = Outcome::Kept(Box::new(req.state(id).clone()));
+            self.outcomes[id] = if split.rest_writes_scores_only {
+                Outcome::KeptScored(req.state(id).score)
+            } else {
+                Outcome::Kept(Box::new(req.state(id).clone()))
+            };
         }
         match &self.writes {
             Some(writes) => req.restore_request_writes(writes),
@@ -333,12 +377,10 @@ impl Recurring {
             None => {
                 // The kept servers' states put back as the per-server part left them.
                 for &id in &current {
-                    if let Outcome::Kept(state) = &self.outcomes[id] {
-                        if split.rest_writes_scores_only {
-                            req.set_score(id, state.score);
-                        } else {
-                            req.set_state(id, (**state).clone());
-                        }
+                    match &self.outcomes[id] {
+                        Outcome::KeptScored(score) => req.set_score(id, *score),
+                        Outcome::Kept(state) => req.set_state(id, (**state).clone()),
+                        _ => {}
                     }
                 }
                 self.survivors.clone_from(&current);

@@ -25,9 +25,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::config::InventoryConfig;
-use crate::engine::{Allocation, Changed, Engine, HeldTickets, Recurring, ServerId};
+use crate::engine::{Allocation, Changed, Engine, HeldTickets, Recurring, RecurringKey, ServerId};
 use crate::js::Js;
-use crate::model::{AllocateBody, FieldError, Image, Package, Server, Ticket, VmPayload};
+use crate::model::{AllocateBody, FieldError, Server, Ticket};
 use cache::Model;
 use claims::{Claim, Claims};
 use store::{ClaimRequest, Store, StoreError};
@@ -70,9 +70,10 @@ pub struct Inventory {
     model: RwLock<Model>,
     /// Held while deciding (one decision at a time) and while claims change.
     claims: Mutex<Claims>,
-    /// What the last allocations of one request shape kept for the next; taken while
+    /// What the last allocation of each recent kind of request kept for the next of its
+    /// kind (the most recently used last, at most `config.recurring_kinds`); taken while
     /// `claims` is held, kept until the answer is written.
-    recurrence: Mutex<Option<Recurrence>>,
+    recurrences: Mutex<Vec<Recurrence>>,
     /// One catch-up at a time.
     refreshing: tokio::sync::Mutex<()>,
     status: Mutex<Status>,
@@ -191,7 +192,7 @@ impl Inventory {
             config: config.clone(),
             model: RwLock::new(Model::default()),
             claims: Mutex::new(Claims::default()),
-            recurrence: Mutex::new(None),
+            recurrences: Mutex::new(Vec::new()),
             refreshing: tokio::sync::Mutex::new(()),
             status: Mutex::new(Status { listening: false, refreshed: Instant::now(), last_error: None }),
             wake: tokio::sync::Notify::new(),
@@ -434,7 +435,7 @@ impl Inventory {
     /// ([`Attempt::Claiming`]: [`Inventory::claimed`] waits for the commit). Synchronous and
     /// short on the recurring path (`counts` without `explain`): the per-server part is run
     /// again only for the servers changed since the last allocation of the same request
-    /// shape ([`Recurring`]). With `keep_claims`, `write` is given the claims counted (a
+    /// kind ([`Recurring`]). With `keep_claims`, `write` is given the claims counted (a
     /// record needs them).
     pub fn decide<T>(
         self: &Arc<Self>,
@@ -461,7 +462,7 @@ impl Inventory {
         let model = self.model();
         let mut kept = None;
         // Held until the answer is written: the next decision starts from its states.
-        let mut recurrence = (counts && !explain).then(|| lock(&self.recurrence));
+        let mut recurrences = (counts && !explain).then(|| lock(&self.recurrences));
         let mut recurred = false;
         let allocation = {
             let tickets = claims.tickets_for(&vm_uuid);
@@ -472,11 +473,13 @@ impl Inventory {
             let held = model.held(&tickets);
             // A VM placed again holds a claim already, left out of its own tickets.
             let own_claim = tickets.own_claim_server();
-            match recurrence.as_deref_mut() {
-                Some(slot) => {
+            match recurrences.as_deref_mut() {
+                Some(kept) => {
                     recurred = true;
+                    let kinds = self.config.recurring_kinds as usize;
+                    let recurrence = Recurrence::of_kind(kept, kinds, request);
                     crate::engine::parallel::on_one_core(|| {
-                        Recurrence::allocate(slot, engine, &model, &claims, held, request, own_claim)
+                        recurrence.allocate(engine, &model, &claims, held, request, own_claim)
                     })
                 }
                 _ => engine.allocate_on(held, request, explain),
@@ -511,7 +514,7 @@ impl Inventory {
             model: &model,
         };
         let answer = write(&decided_on);
-        if let (true, Some(Some(r))) = (recurred, recurrence.as_deref_mut()) {
+        if let (true, Some(Some(r))) = (recurred, recurrences.as_deref_mut().map(|kept| kept.last_mut())) {
             r.recurring.recycle(allocation);
         }
         Ok(match commit {
@@ -520,12 +523,12 @@ impl Inventory {
         })
     }
 
-    /// Whether a counts allocation of `request` would reuse the last one's work (the same
-    /// shape, the servers laid out as then): a fraction of a millisecond, where otherwise
-    /// every server is run through the chain.
+    /// Whether a counts allocation of `request` would reuse the work of the last one of its
+    /// kind (kept, the servers laid out as then): a fraction of a millisecond, where
+    /// otherwise every server is run through the chain.
     pub fn recurs(&self, request: &AllocateBody<'_>) -> bool {
         let layout = self.model().layout();
-        lock(&self.recurrence).as_ref().is_some_and(|r| r.layout == layout && r.shape.fits(request))
+        lock(&self.recurrences).iter().any(|r| r.layout == layout && r.key.fits(request))
     }
 
     /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
@@ -615,39 +618,9 @@ impl Drop for Commit {
     }
 }
 
-/// What a request is but for its VM's uuid: allocations of equal shapes share what their
-/// chain's per-server part found ([`Recurring`]).
-struct Shape {
-    vm: VmPayload,
-    image: Image,
-    package: Option<Package>,
-    tickets: Vec<Ticket>,
-    seed: Option<u64>,
-}
-
-impl Shape {
-    fn of(request: &AllocateBody<'_>) -> Shape {
-        Shape {
-            vm: request.vm.clone(),
-            image: request.image.clone(),
-            package: request.package.clone(),
-            tickets: request.tickets.clone(),
-            seed: request.seed,
-        }
-    }
-
-    fn fits(&self, request: &AllocateBody<'_>) -> bool {
-        self.vm.same_but_for_uuid(&request.vm)
-            && self.image == request.image
-            && self.package == request.package
-            && self.tickets == request.tickets
-            && self.seed == request.seed
-    }
-}
-
-/// The last allocation of one request shape: what it kept, and what the inventory was then.
+/// The last allocation of one kind of request: what it kept, and what the inventory was then.
 struct Recurrence {
-    shape: Shape,
+    key: RecurringKey,
     recurring: Recurring,
     layout: u64,
     generations: Vec<i64>,
@@ -660,14 +633,42 @@ struct Recurrence {
 }
 
 impl Recurrence {
-    /// Allocates `request` on `held` (the model with the claims' tickets), keeping what it
-    /// found for the next allocation of its shape: the servers changed since the last one
-    /// (their generation moved, or their tickets) are the only ones run through the
-    /// per-server part again; a new shape, or servers added, deleted or reordered, start
-    /// afresh. `left_out`: the server of the placed VM's own claim, left out of `held`.
+    /// The recurrence of `request`'s kind among those `kept` (most recently used last),
+    /// moved last; a new one when there is none, the least recently used dropped beyond
+    /// `kinds`.
+    fn of_kind<'k>(kept: &'k mut Vec<Recurrence>, kinds: usize, request: &AllocateBody<'_>) -> &'k mut Recurrence {
+        match kept.iter().position(|r| r.key.fits(request)) {
+            Some(at) => {
+                let recurrence = kept.remove(at);
+                kept.push(recurrence);
+            }
+            None => {
+                if kept.len() >= kinds.max(1) {
+                    kept.remove(0);
+                }
+                kept.push(Recurrence {
+                    key: RecurringKey::of(request),
+                    recurring: Recurring::new(),
+                    layout: 0,
+                    generations: Vec::new(),
+                    revisions: Vec::new(),
+                    claim_changes: 0,
+                    left_out: None,
+                });
+            }
+        }
+        let last = kept.len() - 1;
+        &mut kept[last]
+    }
+
+    /// Allocates `request` (of this kind) on `held` (the model with the claims' tickets),
+    /// keeping what it found for the next allocation of its kind: the servers changed since
+    /// this kind's last one (their generation moved, or their tickets) are the only ones run
+    /// through the per-server part again; servers added, deleted or reordered start afresh.
+    /// `left_out`: the server of the placed VM's own claim, left out of `held`.
     #[allow(clippy::too_many_arguments)]
     fn allocate(
-        slot: &mut Option<Recurrence>,
+        &mut self,
         engine: &Engine,
         model: &Model,
         claims: &Claims,
@@ -675,45 +676,33 @@ impl Recurrence {
         request: &AllocateBody<'_>,
         left_out: Option<&str>,
     ) -> Result<Allocation, crate::engine::PluginError> {
-        if slot.as_ref().is_some_and(|r| !r.shape.fits(request)) {
-            *slot = None;
-        }
-        let r = slot.get_or_insert_with(|| Recurrence {
-            shape: Shape::of(request),
-            recurring: Recurring::new(),
-            layout: 0,
-            generations: Vec::new(),
-            revisions: Vec::new(),
-            claim_changes: 0,
-            left_out: None,
-        });
         let n = model.len();
-        let known = r.layout == model.layout() && r.generations.len() == n && r.revisions.len() == n;
+        let known = self.layout == model.layout() && self.generations.len() == n && self.revisions.len() == n;
         let changed: Option<Vec<ServerId>> =
-            known.then(|| claims.changed_since(r.claim_changes)).flatten().map(|servers| {
-                let left_out_now_or_then = left_out.into_iter().chain(r.left_out.as_deref());
+            known.then(|| claims.changed_since(self.claim_changes)).flatten().map(|servers| {
+                let left_out_now_or_then = left_out.into_iter().chain(self.left_out.as_deref());
                 let mut ids: Vec<ServerId> =
                     servers.chain(left_out_now_or_then).filter_map(|uuid| model.id_of(uuid)).collect();
-                ids.extend((0..n).filter(|&id| model.generation_of(id) != r.generations[id]));
+                ids.extend((0..n).filter(|&id| model.generation_of(id) != self.generations[id]));
                 ids
             });
-        r.left_out = left_out.map(str::to_string);
+        self.left_out = left_out.map(str::to_string);
         let facts: Vec<ServerId> = if changed.is_some() {
-            (0..n).filter(|&id| model.revision_of(id) != r.revisions[id]).collect()
+            (0..n).filter(|&id| model.revision_of(id) != self.revisions[id]).collect()
         } else {
             Vec::new()
         };
-        r.layout = model.layout();
-        r.generations.clear();
-        r.generations.extend((0..n).map(|id| model.generation_of(id)));
-        r.revisions.clear();
-        r.revisions.extend((0..n).map(|id| model.revision_of(id)));
-        r.claim_changes = claims.changes();
+        self.layout = model.layout();
+        self.generations.clear();
+        self.generations.extend((0..n).map(|id| model.generation_of(id)));
+        self.revisions.clear();
+        self.revisions.extend((0..n).map(|id| model.revision_of(id)));
+        self.claim_changes = claims.changes();
         let which = match &changed {
             Some(changed) => Changed::Servers { changed, facts: &facts },
             None => Changed::All,
         };
-        r.recurring.allocate(engine, held, request, which)
+        self.recurring.allocate(engine, held, request, which)
     }
 }
 

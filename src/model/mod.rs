@@ -316,13 +316,61 @@ pub struct VmPayload {
     pub volumes_from: Option<Vec<Js>>,
 }
 
+/// `vm.tags` key asking to keep the VM off virtual servers (`hard-filter-virtual-servers`).
+pub const TAG_EXCLUDE_VIRTUAL_SERVERS: &str = "triton.placement.exclude_virtual_servers";
+/// `vm.internal_metadata` key that fails the allocation on purpose (`hard-filter-force-failure`).
+pub const METADATA_FORCE_FAILURE: &str = "force_designation_failure";
+/// `vm.internal_metadata` key asking for an encrypted zpool (`hard-filter-zpool-encryption`).
+pub const METADATA_ENCRYPTED: &str = "encrypted";
+/// `vm.internal_metadata` key naming the NFS volumes version (`hard-filter-feature-min-platform`).
+pub const METADATA_NFS_VERSION: &str = "volapi-nfs-version";
+
+const TAGS_READ_PER_SERVER: &[&str] = &[TAG_EXCLUDE_VIRTUAL_SERVERS];
+const METADATA_READ_PER_SERVER: &[&str] = &[METADATA_FORCE_FAILURE, METADATA_ENCRYPTED, METADATA_NFS_VERSION];
+
 impl VmPayload {
-    /// Whether the two payloads are the same but for the VM's uuid (`vm_uuid`, `uuid`).
-    pub fn same_but_for_uuid(&self, other: &VmPayload) -> bool {
+    /// The payload as the chain's per-server part reads it: without what names this VM
+    /// alone (its uuid and alias), its tags and internal metadata cut to the keys that
+    /// part reads (the constants above). Two requests alike in this (and in their image,
+    /// package, tickets and seed) have every server decided alike by that part: a caller's
+    /// VMs, each with its own name, tags and metadata, share one recurring allocation
+    /// ([`RecurringKey`](crate::engine::RecurringKey)). A per-server plugin that reads
+    /// another key of them must add it here.
+    pub fn as_read_per_server(&self) -> VmPayload {
+        VmPayload {
+            vm_uuid: Js::Undefined,
+            uuid: Js::Undefined,
+            alias: Js::Undefined,
+            tags: only_keys(&self.tags, TAGS_READ_PER_SERVER),
+            internal_metadata: only_keys(&self.internal_metadata, METADATA_READ_PER_SERVER),
+            owner_uuid: self.owner_uuid.clone(),
+            brand: self.brand.clone(),
+            ram_mib: self.ram_mib.clone(),
+            quota_gib: self.quota_gib.clone(),
+            cpu_cap_pct: self.cpu_cap_pct.clone(),
+            vcpus: self.vcpus.clone(),
+            traits: self.traits.clone(),
+            nic_tags: self.nic_tags.clone(),
+            nic_tag_requirements: self.nic_tag_requirements.clone(),
+            locality: self.locality.clone(),
+            affinity: self.affinity.clone(),
+            docker: self.docker.clone(),
+            volumes: self.volumes.clone(),
+            flexible_disk_size: self.flexible_disk_size.clone(),
+            volumes_from: self.volumes_from.clone(),
+        }
+    }
+
+    /// Whether the per-server part reads the two payloads alike (`as_read_per_server` of
+    /// each equal), without making either.
+    pub fn read_alike_per_server(&self, other: &VmPayload) -> bool {
         // Destructured so that a field added to the payload must be added here.
         let VmPayload {
             vm_uuid: _,
             uuid: _,
+            alias: _,
+            tags,
+            internal_metadata,
             owner_uuid,
             brand,
             ram_mib,
@@ -334,12 +382,9 @@ impl VmPayload {
             nic_tag_requirements,
             locality,
             affinity,
-            internal_metadata,
             docker,
             volumes,
             flexible_disk_size,
-            tags,
-            alias,
             volumes_from,
         } = self;
         *owner_uuid == other.owner_uuid
@@ -353,13 +398,31 @@ impl VmPayload {
             && *nic_tag_requirements == other.nic_tag_requirements
             && *locality == other.locality
             && *affinity == other.affinity
-            && *internal_metadata == other.internal_metadata
             && *docker == other.docker
             && *volumes == other.volumes
             && *flexible_disk_size == other.flexible_disk_size
-            && *tags == other.tags
-            && *alias == other.alias
             && *volumes_from == other.volumes_from
+            && alike_at_keys(tags, &other.tags, TAGS_READ_PER_SERVER)
+            && alike_at_keys(internal_metadata, &other.internal_metadata, METADATA_READ_PER_SERVER)
+    }
+}
+
+/// An object cut to `keys` (those it has, in that order); any other value as it is (its
+/// truthiness and its `undefined` properties are what a reader of those keys sees).
+fn only_keys(value: &Js, keys: &[&str]) -> Js {
+    match value {
+        Js::Obj(_) => {
+            Js::obj(keys.iter().filter(|&&k| value.has(k)).map(|&k| (k.into(), value.get(k).clone())).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Whether `only_keys` of the two values are equal.
+fn alike_at_keys(a: &Js, b: &Js, keys: &[&str]) -> bool {
+    match (a, b) {
+        (Js::Obj(_), Js::Obj(_)) => keys.iter().all(|&k| a.has(k) == b.has(k) && a.get(k) == b.get(k)),
+        _ => a == b,
     }
 }
 

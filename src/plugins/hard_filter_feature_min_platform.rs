@@ -10,6 +10,7 @@
 use super::shared::platform::{filter_min_platforms, PlatformMap};
 use crate::engine::{Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId};
 use crate::js::{strict_eq, Js};
+use crate::model::METADATA_NFS_VERSION;
 
 pub struct HardFilterFeatureMinPlatform;
 
@@ -35,7 +36,7 @@ impl Plugin for HardFilterFeatureMinPlatform {
         let volumes = vm.volumes.truthy();
         // The number 2 exactly: the string "2" does not count.
         let nfs_v2 =
-            vm.internal_metadata.truthy() && strict_eq(vm.internal_metadata.get("volapi-nfs-version"), &Js::Num(2.0));
+            vm.internal_metadata.truthy() && strict_eq(vm.internal_metadata.get(METADATA_NFS_VERSION), &Js::Num(2.0));
         let checks: [(bool, &Js, &str); 5] = [
             (docker, &d.filter_docker_min_platform, "Docker support"),
             (docker && volumes, &d.filter_docker_nfs_volumes_automount_min_platform, "Docker volume automount support"),

@@ -2,6 +2,7 @@
 //! `internal_metadata.force_designation_failure` is truthy (used to test failure handling).
 
 use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::model::METADATA_FORCE_FAILURE;
 
 pub struct HardFilterForceFailure;
 
@@ -13,7 +14,7 @@ impl ServerFilter for HardFilterForceFailure {
         &DECLARATION
     }
     fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<()>, PluginError> {
-        let forced = req.vm.internal_metadata.get("force_designation_failure").truthy();
+        let forced = req.vm.internal_metadata.get(METADATA_FORCE_FAILURE).truthy();
         Ok(if forced { PreFilter::Run(()) } else { PreFilter::PassAll })
     }
     fn filter(&self, _: &Request<'_>, _: &(), _: ServerId) -> Verdict {

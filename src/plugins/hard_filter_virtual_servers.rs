@@ -3,6 +3,7 @@
 //! `System Type` is `Virtual`.
 
 use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::model::TAG_EXCLUDE_VIRTUAL_SERVERS;
 
 pub struct HardFilterVirtualServers;
 
@@ -16,7 +17,7 @@ impl ServerFilter for HardFilterVirtualServers {
     }
     fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<()>, PluginError> {
         let vm = req.vm;
-        let active = vm.docker.truthy() || vm.tags.get("triton.placement.exclude_virtual_servers").truthy();
+        let active = vm.docker.truthy() || vm.tags.get(TAG_EXCLUDE_VIRTUAL_SERVERS).truthy();
         Ok(if active { PreFilter::Run(()) } else { PreFilter::PassAll })
     }
     fn filter(&self, req: &Request<'_>, _: &(), id: ServerId) -> Verdict {

@@ -3,6 +3,7 @@
 //! unencrypted one.
 
 use crate::engine::{Declaration, Kind, PluginError, PreFilter, Request, ServerFilter, ServerId, Verdict};
+use crate::model::METADATA_ENCRYPTED;
 
 pub struct HardFilterZpoolEncryption;
 
@@ -16,7 +17,7 @@ impl ServerFilter for HardFilterZpoolEncryption {
         &DECLARATION
     }
     fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<bool>, PluginError> {
-        Ok(PreFilter::Run(req.vm.internal_metadata.get("encrypted").truthy()))
+        Ok(PreFilter::Run(req.vm.internal_metadata.get(METADATA_ENCRYPTED).truthy()))
     }
     fn filter(&self, req: &Request<'_>, &wanted: &bool, id: ServerId) -> Verdict {
         // JS Boolean(): the string "false" counts as encrypted.
