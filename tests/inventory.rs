@@ -795,7 +795,7 @@ async fn a_vm_placed_again_is_decided_as_the_full_chain_decides_it() {
 }
 
 /// Allocations of three kinds of request in turn (sizes 32, 48 and 64 GiB, every VM with
-/// its own alias, tags and metadata, as a caller's are), on a replica that keeps two kinds'
+/// its own alias, tags and metadata, of two owners, as a caller's are), on a replica that keeps two kinds'
 /// work: each is decided as the full chain decides it, whether its kind's work was kept
 /// (the servers changed since re-run), or dropped for another kind's and made afresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -823,6 +823,9 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
             request["vm"]["alias"] = json!(format!("vm-{vm}"));
             request["vm"]["tags"] = json!({"role": "web", "n": vm});
             request["vm"]["internal_metadata"] = json!({"seq": vm});
+            if vm % 4 == 1 {
+                request["vm"]["owner_uuid"] = json!("930896af-bf8c-48d4-885c-6573a94b1853");
+            }
             let reply = post_json(addr, &format!("/allocate?steps={steps}"), &request).await;
             (reply.status, reply.json())
         }

@@ -97,6 +97,11 @@ fn recurring_allocations_answer_as_full_runs_do() {
         ("interleaved", common::engine_with(Some(interleaved), json!({"weight_num_owner_zones": 1, "seed": 3}))),
     ];
     let base: Value = serde_json::from_slice(&input::body(40, 12)).expect("bench body");
+    // The request's owner, another with VMs here, and one without.
+    let other = base["servers"][1]["vms"].as_object().and_then(|vms| vms.values().next()).expect("a VM");
+    let owners =
+        [base["vm"]["owner_uuid"].clone(), other["owner_uuid"].clone(), json!("930896af-bf8c-48d4-885c-6573a94b1853")];
+    assert_ne!(owners[0], owners[1]);
     let templates = [
         json!({}),
         json!({"ram": 256}),
@@ -108,7 +113,8 @@ fn recurring_allocations_answer_as_full_runs_do() {
     let (mut placed, mut reused) = (0, 0);
     let mut reused_rest = vec![0; engines.len()];
     for (e, (name, engine)) in engines.iter().enumerate() {
-        for (t, template) in templates.iter().enumerate() {
+        // Each sequence twice: by one owner, and by three in turn.
+        for (t, template, owners_in_turn) in templates.iter().enumerate().flat_map(|(t, x)| [(t, x, 1), (t, x, 3)]) {
             let mut request = base.clone();
             for (k, v) in template.as_object().expect("object") {
                 request["vm"][k] = v.clone();
@@ -119,9 +125,11 @@ fn recurring_allocations_answer_as_full_runs_do() {
             let mut changed: Option<(Vec<ServerId>, Vec<ServerId>)> = None;
             let mut kind: Option<RecurringKey> = None;
             for round in 0..40 {
-                let case = format!("{name}, template {t}, round {round}");
+                let case = format!("{name}, template {t}, {owners_in_turn} owner(s), round {round}");
                 request["servers"] = json!(servers);
-                // Each VM named, tagged and described as a caller's are: one kind all along.
+                // Each VM named, tagged and described as a caller's are, ordered by one
+                // owner or by each in turn, a few VMs each: one kind all along.
+                request["vm"]["owner_uuid"] = owners[round / 4 % owners_in_turn].clone();
                 request["vm"]["vm_uuid"] = json!(format!("5e1ec7ed-0000-4000-8000-{round:012x}"));
                 request["vm"]["alias"] = json!(format!("web-{round}"));
                 request["vm"]["tags"] = json!({"role": "web", "seq": round});
@@ -154,13 +162,15 @@ fn recurring_allocations_answer_as_full_runs_do() {
                 changed = Some((next, facts));
             }
             reused += recurring.reused();
-            reused_rest[e] += recurring.reused_rest();
+            if owners_in_turn == 1 {
+                reused_rest[e] += recurring.reused_rest();
+            }
         }
     }
-    assert!(placed > 400, "only {placed} VMs placed");
+    assert!(placed > 800, "only {placed} VMs placed");
     // Every allocation but each sequence's first re-ran the per-server part for a few
     // servers only.
-    assert_eq!(reused, engines.len() * templates.len() * 39, "{reused} reused");
+    assert_eq!(reused, engines.len() * templates.len() * 2 * 39, "{reused} reused");
     // Now and then the rest of the chain is not run either (here: the default chain, whose
     // soft filter and scorers often still do what they did; the others' spread the owner's
     // VMs, so each claim changes what they do).
@@ -260,14 +270,21 @@ fn kinds_differ_in_what_per_server_plugins_read() {
         assert_eq!(key == plain, key.fits(&plain_body), "{vm}");
         key
     };
-    assert!(key_with(json!({"alias": "another", "tags": {"role": "db"}, "internal_metadata": {"x": 1}})) == plain);
+    // Neither what names the VM nor what only the rest of the chain reads.
+    assert!(
+        key_with(json!({"alias": "another", "tags": {"role": "db"}, "internal_metadata": {"x": 1},
+            "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "locality": {"near": ["930896af-bf8c-48d4-885c-6573a94b1853"]},
+            "affinity": [{"key": "role", "operator": "==", "value": "db", "valueType": "exact", "isSoft": false}]}))
+            == plain
+    );
     for read in [
         json!({"tags": {"triton.placement.exclude_virtual_servers": true}}),
         json!({"internal_metadata": {"force_designation_failure": true}}),
         json!({"internal_metadata": {"encrypted": true}}),
         json!({"internal_metadata": {"volapi-nfs-version": 2}}),
         json!({"ram": 256}),
-        json!({"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853"}),
+        json!({"brand": "lx"}),
+        json!({"traits": {"ssd": true}}),
     ] {
         assert!(key_with(read.clone()) != plain, "{read}: the same kind");
     }
@@ -291,4 +308,46 @@ fn kinds_differ_in_what_per_server_plugins_read() {
         };
         assert_eq!(engine.allocate_on(held, &body, false).expect("run").chosen, None, "{read}");
     }
+}
+
+#[test]
+fn another_owner_runs_the_rest_afresh_and_the_first_reuses_it_again() {
+    let engine = common::engine_with(None, json!({"weight_uniform_random": 0, "weight_num_owner_zones": 1}));
+    let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
+    let mut other = base.clone();
+    other["vm"]["owner_uuid"] = base["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|server| server["vms"].as_object())
+        .flat_map(|vms| vms.values())
+        .map(|vm| vm["owner_uuid"].clone())
+        .find(|owner| *owner != base["vm"]["owner_uuid"])
+        .expect("another owner's VM");
+    assert_ne!(other["vm"]["owner_uuid"], base["vm"]["owner_uuid"]);
+    let texts = [serde_json::to_vec(&base).expect("json"), serde_json::to_vec(&other).expect("json")];
+    let bodies = [parse(&texts[0]), parse(&texts[1])];
+    let mut recurring = Recurring::new();
+    let nothing = Changed::Servers { changed: &[], facts: &[] };
+    let mut run = |owner: usize, which: Changed<'_>| {
+        let body = &bodies[owner];
+        let held = Held {
+            servers: &body.servers,
+            raw_servers: &body.raw_servers,
+            lookups: None,
+            tickets: &dapi::engine::NO_TICKETS,
+        };
+        let full = engine.allocate_on(held, body, false).expect("full run");
+        let again = recurring.allocate(&engine, held, body, which).expect("run");
+        assert_eq!((again.chosen, counts(&again, body)), (full.chosen, counts(&full, body)), "owner {owner}");
+        recurring.recycle(again);
+        recurring.reused_rest()
+    };
+    assert_eq!(run(0, Changed::All), 0);
+    assert_eq!(run(0, nothing), 1, "the same owner: the rest reused");
+    assert_eq!(run(1, nothing), 1, "another owner: the rest run");
+    assert_eq!(run(1, nothing), 2, "that owner again: reused");
+    assert_eq!(run(0, nothing), 2, "the first owner: the rest run");
+    assert_eq!(run(0, nothing), 3);
+    assert_eq!(recurring.reused(), 5, "the per-server part reused throughout");
 }

@@ -52,6 +52,11 @@ pub struct ServerState {
 }
 
 impl ServerState {
+    /// Forgets the count of the request's owner's VMs (the request's owner changed).
+    pub(crate) fn forget_owner_vms(&mut self) {
+        self.owner_vms = CountOnce::default();
+    }
+
     /// A state afresh for a server that has listed one more VM of the request's owner since
     /// this state was worked out (a placement): the owner's VM count, if known, carried on.
     pub fn afresh_after_own_vm(&self) -> ServerState {

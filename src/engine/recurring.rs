@@ -23,13 +23,14 @@ use super::reasons::Reasons;
 use super::summary::Step;
 use super::{select, Allocation, Engine, Held};
 use crate::js::sort::KeptOrder;
+use crate::js::Js;
 use crate::model::{AllocateBody, Image, Package, Ticket, VmPayload};
 
 /// What of a request the chain's per-server part reads: requests with equal keys have every
 /// server decided alike by that part, so they may share one [`Recurring`]. It leaves out
-/// what names the VM alone (uuid, alias, and tags and metadata no per-server plugin reads:
-/// [`VmPayload::as_read_per_server`](crate::model::VmPayload::as_read_per_server)), so a
-/// caller's VMs of one owner and size share it.
+/// the owner, locality and affinity, and what names the VM alone (uuid, alias, and tags
+/// and metadata no per-server plugin reads: [`VmPayload::as_read_per_server`](crate::model::VmPayload::as_read_per_server)),
+/// so a caller's VMs of one size share it whoever orders them and wherever.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecurringKey {
     vm: VmPayload,
@@ -179,6 +180,28 @@ pub struct Recurring {
     reused: usize,
     /// Allocations that did not run the rest of the chain either.
     reused_rest: usize,
+    /// What of the last allocation's VM the rest of the chain reads beyond the key: what
+    /// it kept (and the owner's VM counts the states keep) are for that VM's.
+    rest_read: RestRead,
+}
+
+/// The VM's owner, locality and affinity: read by the rest of the chain, not by the
+/// per-server part (so not in the [`RecurringKey`]).
+#[derive(Debug, Default, PartialEq)]
+struct RestRead {
+    owner: Js,
+    locality: Js,
+    affinity: Js,
+}
+
+impl RestRead {
+    fn of(vm: &VmPayload) -> RestRead {
+        RestRead { owner: vm.owner_uuid.clone(), locality: vm.locality.clone(), affinity: vm.affinity.clone() }
+    }
+
+    fn is_of(&self, vm: &VmPayload) -> bool {
+        self.owner == vm.owner_uuid && self.locality == vm.locality && self.affinity == vm.affinity
+    }
 }
 
 /// The rest of the chain's last run on the same survivors: the steps it recorded (each
@@ -210,6 +233,23 @@ impl Recurring {
         self.reused_rest
     }
 
+    /// Forgets what the rest of the chain kept, and the owner's VM counts in the servers'
+    /// states.
+    fn forget_rest(&mut self) {
+        self.last = None;
+        self.survivors.clear();
+        self.increments.clear();
+        self.orders.clear();
+        for state in &mut self.states {
+            state.forget_owner_vms();
+        }
+        for outcome in &mut self.outcomes {
+            if let Outcome::Kept(state) = outcome {
+                state.forget_owner_vms();
+            }
+        }
+    }
+
     /// Takes back the states and steps of an allocation made here, once its answer is
     /// written, so that the next one starts from them.
     pub fn recycle(&mut self, allocation: Allocation) {
@@ -227,9 +267,9 @@ impl Recurring {
         }
     }
 
-    /// [`Engine::allocate_on`] for `body`, the same request as the previous ones given
-    /// here but for the VM's uuid, on `held`, which differs from the previous allocation's
-    /// only at the `changed` servers. The steps carry no reasons (see the module).
+    /// [`Engine::allocate_on`] for `body`, a request of the previous ones' [`RecurringKey`],
+    /// on `held`, which differs from the previous allocation's only at the `changed`
+    /// servers. The steps carry no reasons (see the module).
     pub fn allocate(
         &mut self,
         engine: &Engine,
@@ -268,6 +308,12 @@ impl Recurring {
                     ..Recurring::default()
                 };
             }
+        }
+        if !self.rest_read.is_of(&body.vm) {
+            // Another owner's VM, or other locality or affinity: the per-server outcomes
+            // hold (that part does not read them), the rest of the chain runs afresh.
+            self.forget_rest();
+            self.rest_read = RestRead::of(&body.vm);
         }
         let mut req = engine.request(held, body, std::mem::take(&mut self.states));
         let split = self.split.get_or_insert_with(|| split_chain(&engine.chain, &req));

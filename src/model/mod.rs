@@ -329,9 +329,10 @@ const TAGS_READ_PER_SERVER: &[&str] = &[TAG_EXCLUDE_VIRTUAL_SERVERS];
 const METADATA_READ_PER_SERVER: &[&str] = &[METADATA_FORCE_FAILURE, METADATA_ENCRYPTED, METADATA_NFS_VERSION];
 
 impl VmPayload {
-    /// The payload as the chain's per-server part reads it: without what names this VM
-    /// alone (its uuid and alias), its tags and internal metadata cut to the keys that
-    /// part reads (the constants above). Two requests alike in this (and in their image,
+    /// The payload as the chain's per-server part reads it: without its owner, locality
+    /// and affinity (no per-server plugin reads them) and what names this VM alone (its
+    /// uuid and alias), its tags and internal metadata cut to the keys that part reads (the
+    /// constants above). Two requests alike in this (and in their image,
     /// package, tickets and seed) have every server decided alike by that part: a caller's
     /// VMs, each with its own name, tags and metadata, share one recurring allocation
     /// ([`RecurringKey`](crate::engine::RecurringKey)). A per-server plugin that reads
@@ -343,7 +344,7 @@ impl VmPayload {
             alias: Js::Undefined,
             tags: only_keys(&self.tags, TAGS_READ_PER_SERVER),
             internal_metadata: only_keys(&self.internal_metadata, METADATA_READ_PER_SERVER),
-            owner_uuid: self.owner_uuid.clone(),
+            owner_uuid: Js::Undefined,
             brand: self.brand.clone(),
             ram_mib: self.ram_mib.clone(),
             quota_gib: self.quota_gib.clone(),
@@ -352,8 +353,8 @@ impl VmPayload {
             traits: self.traits.clone(),
             nic_tags: self.nic_tags.clone(),
             nic_tag_requirements: self.nic_tag_requirements.clone(),
-            locality: self.locality.clone(),
-            affinity: self.affinity.clone(),
+            locality: Js::Undefined,
+            affinity: Js::Undefined,
             docker: self.docker.clone(),
             volumes: self.volumes.clone(),
             flexible_disk_size: self.flexible_disk_size.clone(),
@@ -369,9 +370,11 @@ impl VmPayload {
             vm_uuid: _,
             uuid: _,
             alias: _,
+            owner_uuid: _,
+            locality: _,
+            affinity: _,
             tags,
             internal_metadata,
-            owner_uuid,
             brand,
             ram_mib,
             quota_gib,
@@ -380,15 +383,12 @@ impl VmPayload {
             traits,
             nic_tags,
             nic_tag_requirements,
-            locality,
-            affinity,
             docker,
             volumes,
             flexible_disk_size,
             volumes_from,
         } = self;
-        *owner_uuid == other.owner_uuid
-            && *brand == other.brand
+        *brand == other.brand
             && *ram_mib == other.ram_mib
             && *quota_gib == other.quota_gib
             && *cpu_cap_pct == other.cpu_cap_pct
@@ -396,8 +396,6 @@ impl VmPayload {
             && *traits == other.traits
             && *nic_tags == other.nic_tags
             && *nic_tag_requirements == other.nic_tag_requirements
-            && *locality == other.locality
-            && *affinity == other.affinity
             && *docker == other.docker
             && *volumes == other.volumes
             && *flexible_disk_size == other.flexible_disk_size
