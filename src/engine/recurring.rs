@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use super::context::{RequestWrites, ServerId, ServerState};
+use super::context::{CountOnce, RequestWrites, ServerId, ServerState};
 use super::expr::{copied_into, Expr};
 use super::incremental::{score, split_chain, unchanged_pipe, Increments, Split};
 use super::plugin::{Kind, Plugin, PluginError};
@@ -183,7 +183,14 @@ pub struct Recurring {
     /// What of the last allocation's VM the rest of the chain reads beyond the key: what
     /// it kept (and the owner's VM counts the states keep) are for that VM's.
     rest_read: RestRead,
+    /// Other owners' VM counts on each server, from their last allocations here (the most
+    /// recent last): an owner back is counted again only on the servers changed since.
+    owner_counts: Vec<(Js, Vec<CountOnce>)>,
 }
+
+/// How many owners' counts [`Recurring`] keeps besides the current one's (20 KB each at
+/// 5,000 servers).
+const OWNERS_KEPT: usize = 8;
 
 /// The VM's owner, locality and affinity: read by the rest of the chain, not by the
 /// per-server part (so not in the [`RecurringKey`]).
@@ -311,8 +318,23 @@ impl Recurring {
         }
         if !self.rest_read.is_of(&body.vm) {
             // Another owner's VM, or other locality or affinity: the per-server outcomes
-            // hold (that part does not read them), the rest of the chain runs afresh.
+            // hold (that part does not read them), the rest of the chain runs afresh, with
+            // the owner's VM counts of its last allocation here where they still hold.
+            let owner_changes = self.rest_read.owner != body.vm.owner_uuid;
+            if owner_changes && self.states.len() == n {
+                let counts = self.states.iter().map(|state| state.owner_vms.clone()).collect();
+                if self.owner_counts.len() == OWNERS_KEPT {
+                    self.owner_counts.remove(0);
+                }
+                self.owner_counts.push((std::mem::take(&mut self.rest_read.owner), counts));
+            }
             self.forget_rest();
+            if let Some(at) = self.owner_counts.iter().position(|(owner, _)| *owner == body.vm.owner_uuid) {
+                let (_, counts) = self.owner_counts.remove(at);
+                for (state, count) in self.states.iter_mut().zip(counts) {
+                    state.owner_vms = count;
+                }
+            }
             self.rest_read = RestRead::of(&body.vm);
         }
         let mut req = engine.request(held, body, std::mem::take(&mut self.states));
@@ -322,6 +344,13 @@ impl Recurring {
         let stale: Vec<ServerId> = (0..n).filter(|&id| matches!(self.outcomes[id], Outcome::Stale)).collect();
         if stale.len() < n {
             self.reused += 1;
+        }
+        for (_, counts) in &mut self.owner_counts {
+            for &id in &stale {
+                if let Some(count) = counts.get_mut(id) {
+                    *count = CountOnce::default();
+                }
+            }
         }
         for &id in &stale {
             req.set_state(id, ServerState::default());
