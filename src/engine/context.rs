@@ -137,7 +137,9 @@ impl<'r> PackageState<'r> {
 #[derive(Debug, Clone)]
 pub struct RequestWrites {
     vm_cpu_cap: Js,
-    vm_locality: Js,
+    /// Only when written (it is the request's own otherwise, which a request of the same
+    /// [`RecurringKey`](super::RecurringKey) need not share).
+    vm_locality: Option<Js>,
     /// CPU, RAM, disk, I/O and network ratios of the package, when there is one.
     package_ratios: Option<[Js; 5]>,
 }
@@ -440,13 +442,16 @@ impl<'r> Request<'r> {
                 p.overprovision_net.clone(),
             ]
         });
-        RequestWrites { vm_cpu_cap: self.vm_cpu_cap.clone(), vm_locality: self.vm_locality.clone(), package_ratios }
+        let vm_locality = (self.vm_locality != self.vm.locality).then(|| self.vm_locality.clone());
+        RequestWrites { vm_cpu_cap: self.vm_cpu_cap.clone(), vm_locality, package_ratios }
     }
 
     /// Puts back what [`Request::request_writes`] took (from a run of the same request).
     pub fn restore_request_writes(&mut self, writes: &RequestWrites) {
         self.vm_cpu_cap = writes.vm_cpu_cap.clone();
-        self.vm_locality = writes.vm_locality.clone();
+        if let Some(locality) = &writes.vm_locality {
+            self.vm_locality = locality.clone();
+        }
         if let (Some(p), Some([cpu, ram, disk, io, net])) = (self.package.as_mut(), &writes.package_ratios) {
             p.overprovision_cpu = cpu.clone();
             p.overprovision_ram = ram.clone();

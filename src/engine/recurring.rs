@@ -28,9 +28,9 @@ use crate::model::{AllocateBody, Image, Package, Ticket, VmPayload};
 
 /// What of a request the chain's per-server part reads: requests with equal keys have every
 /// server decided alike by that part, so they may share one [`Recurring`]. It leaves out
-/// the owner, locality and affinity, and what names the VM alone (uuid, alias, and tags
-/// and metadata no per-server plugin reads: [`VmPayload::as_read_per_server`](crate::model::VmPayload::as_read_per_server)),
-/// so a caller's VMs of one size share it whoever orders them and wherever.
+/// the owner and what names the VM alone (uuid, alias, and tags and metadata no
+/// per-server plugin reads: [`VmPayload::as_read_per_server`](crate::model::VmPayload::as_read_per_server)),
+/// so a caller's VMs of one size share it whoever orders them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecurringKey {
     vm: VmPayload,
@@ -180,9 +180,10 @@ pub struct Recurring {
     reused: usize,
     /// Allocations that did not run the rest of the chain either.
     reused_rest: usize,
-    /// What of the last allocation's VM the rest of the chain reads beyond the key: what
-    /// it kept (and the owner's VM counts the states keep) are for that VM's.
-    rest_read: RestRead,
+    /// The last allocation's VM owner (the rest of the chain reads it, the key leaves it
+    /// out): what the rest kept, and the owner's VM counts the states keep, are that
+    /// owner's.
+    owner: Js,
     /// Other owners' VM counts on each server, from their last allocations here (the most
     /// recent last): an owner back is counted again only on the servers changed since.
     owner_counts: Vec<(Js, Vec<CountOnce>)>,
@@ -191,25 +192,6 @@ pub struct Recurring {
 /// How many owners' counts [`Recurring`] keeps besides the current one's (20 KB each at
 /// 5,000 servers).
 const OWNERS_KEPT: usize = 8;
-
-/// The VM's owner, locality and affinity: read by the rest of the chain, not by the
-/// per-server part (so not in the [`RecurringKey`]).
-#[derive(Debug, Default, PartialEq)]
-struct RestRead {
-    owner: Js,
-    locality: Js,
-    affinity: Js,
-}
-
-impl RestRead {
-    fn of(vm: &VmPayload) -> RestRead {
-        RestRead { owner: vm.owner_uuid.clone(), locality: vm.locality.clone(), affinity: vm.affinity.clone() }
-    }
-
-    fn is_of(&self, vm: &VmPayload) -> bool {
-        self.owner == vm.owner_uuid && self.locality == vm.locality && self.affinity == vm.affinity
-    }
-}
 
 /// The rest of the chain's last run on the same survivors: the steps it recorded (each
 /// one's `remaining`: what its plugin passed on), and the server chosen with its score. The
@@ -240,13 +222,24 @@ impl Recurring {
         self.reused_rest
     }
 
-    /// Forgets what the rest of the chain kept, and the owner's VM counts in the servers'
-    /// states.
+    /// Forgets what the rest of the chain kept.
     fn forget_rest(&mut self) {
         self.last = None;
         self.survivors.clear();
         self.increments.clear();
         self.orders.clear();
+    }
+
+    /// Puts the owner's VM counts in the servers' states (`n` of them) aside and takes
+    /// `owner`'s back, where they still hold, from its last allocation here.
+    fn change_owner(&mut self, owner: &Js, n: usize) {
+        if self.states.len() == n {
+            let counts = self.states.iter().map(|state| state.owner_vms.clone()).collect();
+            if self.owner_counts.len() == OWNERS_KEPT {
+                self.owner_counts.remove(0);
+            }
+            self.owner_counts.push((std::mem::take(&mut self.owner), counts));
+        }
         for state in &mut self.states {
             state.forget_owner_vms();
         }
@@ -255,6 +248,13 @@ impl Recurring {
                 state.forget_owner_vms();
             }
         }
+        if let Some(at) = self.owner_counts.iter().position(|(kept, _)| kept == owner) {
+            let (_, counts) = self.owner_counts.remove(at);
+            for (state, count) in self.states.iter_mut().zip(counts) {
+                state.owner_vms = count;
+            }
+        }
+        self.owner = owner.clone();
     }
 
     /// Takes back the states and steps of an allocation made here, once its answer is
@@ -316,26 +316,11 @@ impl Recurring {
                 };
             }
         }
-        if !self.rest_read.is_of(&body.vm) {
-            // Another owner's VM, or other locality or affinity: the per-server outcomes
-            // hold (that part does not read them), the rest of the chain runs afresh, with
-            // the owner's VM counts of its last allocation here where they still hold.
-            let owner_changes = self.rest_read.owner != body.vm.owner_uuid;
-            if owner_changes && self.states.len() == n {
-                let counts = self.states.iter().map(|state| state.owner_vms.clone()).collect();
-                if self.owner_counts.len() == OWNERS_KEPT {
-                    self.owner_counts.remove(0);
-                }
-                self.owner_counts.push((std::mem::take(&mut self.rest_read.owner), counts));
-            }
+        if self.owner != body.vm.owner_uuid {
+            // Another owner's VM: the per-server outcomes hold (that part does not read the
+            // owner), the rest of the chain runs afresh.
             self.forget_rest();
-            if let Some(at) = self.owner_counts.iter().position(|(owner, _)| *owner == body.vm.owner_uuid) {
-                let (_, counts) = self.owner_counts.remove(at);
-                for (state, count) in self.states.iter_mut().zip(counts) {
-                    state.owner_vms = count;
-                }
-            }
-            self.rest_read = RestRead::of(&body.vm);
+            self.change_owner(&body.vm.owner_uuid, n);
         }
         let mut req = engine.request(held, body, std::mem::take(&mut self.states));
         let split = self.split.get_or_insert_with(|| split_chain(&engine.chain, &req));

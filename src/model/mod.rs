@@ -329,10 +329,12 @@ const TAGS_READ_PER_SERVER: &[&str] = &[TAG_EXCLUDE_VIRTUAL_SERVERS];
 const METADATA_READ_PER_SERVER: &[&str] = &[METADATA_FORCE_FAILURE, METADATA_ENCRYPTED, METADATA_NFS_VERSION];
 
 impl VmPayload {
-    /// The payload as the chain's per-server part reads it: without its owner, locality
-    /// and affinity (no per-server plugin reads them) and what names this VM alone (its
-    /// uuid and alias), its tags and internal metadata cut to the keys that part reads (the
-    /// constants above). Two requests alike in this (and in their image,
+    /// The payload as the chain's per-server part reads it: without its owner (no
+    /// per-server plugin reads it) and what names this VM alone (its uuid and alias), its
+    /// tags and internal metadata cut to the keys that part reads (the constants above).
+    /// Locality and affinity stay: whether a plugin is per-server at all can depend on them
+    /// (`calculate-affinity` without rules, `hard-filter-locality-hints` without strict
+    /// hints), and the part is split from the chain once per kind. Two requests alike in this (and in their image,
     /// package, tickets and seed) have every server decided alike by that part: a caller's
     /// VMs, each with its own name, tags and metadata, share one recurring allocation
     /// ([`RecurringKey`](crate::engine::RecurringKey)). A per-server plugin that reads
@@ -353,8 +355,8 @@ impl VmPayload {
             traits: self.traits.clone(),
             nic_tags: self.nic_tags.clone(),
             nic_tag_requirements: self.nic_tag_requirements.clone(),
-            locality: Js::Undefined,
-            affinity: Js::Undefined,
+            locality: self.locality.clone(),
+            affinity: self.affinity.clone(),
             docker: self.docker.clone(),
             volumes: self.volumes.clone(),
             flexible_disk_size: self.flexible_disk_size.clone(),
@@ -371,8 +373,6 @@ impl VmPayload {
             uuid: _,
             alias: _,
             owner_uuid: _,
-            locality: _,
-            affinity: _,
             tags,
             internal_metadata,
             brand,
@@ -383,6 +383,8 @@ impl VmPayload {
             traits,
             nic_tags,
             nic_tag_requirements,
+            locality,
+            affinity,
             docker,
             volumes,
             flexible_disk_size,
@@ -396,6 +398,8 @@ impl VmPayload {
             && *traits == other.traits
             && *nic_tags == other.nic_tags
             && *nic_tag_requirements == other.nic_tag_requirements
+            && *locality == other.locality
+            && *affinity == other.affinity
             && *docker == other.docker
             && *volumes == other.volumes
             && *flexible_disk_size == other.flexible_disk_size
