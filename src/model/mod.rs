@@ -332,11 +332,12 @@ impl VmPayload {
     /// The payload as the chain's per-server part reads it: without its owner (no
     /// per-server plugin reads it) and what names this VM alone (its uuid and alias), its
     /// tags and internal metadata cut to the keys that part reads (the constants above).
-    /// Locality and affinity stay: whether a plugin is per-server at all can depend on them
-    /// (`calculate-affinity` without rules, `hard-filter-locality-hints` without strict
-    /// hints), and the part is split from the chain once per kind. Two requests alike in this (and in their image,
-    /// package, tickets and seed) have every server decided alike by that part: a caller's
-    /// VMs, each with its own name, tags and metadata, share one recurring allocation
+    /// Locality and affinity stay: whether a plugin is per-server at all can depend on
+    /// them (`calculate-affinity` without rules, `hard-filter-locality-hints` without
+    /// strict hints), and the part is split from the chain once per kind. Two requests
+    /// alike in this (and in their image, package, tickets and seed) have every server
+    /// decided alike by that part: a caller's VMs, each with its own name, tags and
+    /// metadata, share one recurring allocation
     /// ([`RecurringKey`](crate::engine::RecurringKey)). A per-server plugin that reads
     /// another key of them must add it here.
     pub fn as_read_per_server(&self) -> VmPayload {
