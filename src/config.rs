@@ -73,8 +73,8 @@ pub struct InventoryConfig {
     pub staleness_ms: u64,
     /// How long a claim counts (like a ticket) unless its VM appears or it is released.
     pub claim_ttl_s: u64,
-    /// How many kinds of request (a [`RecurringKey`](crate::engine::RecurringKey): owner,
-    /// size, image...) keep what their last allocation found, so that the next one of that
+    /// How many kinds of request (a [`RecurringKey`](crate::engine::RecurringKey): size,
+    /// image, package...) keep what their last allocation found, so that the next one of that
     /// kind re-runs only the servers changed since (each holds about 0.6 KB per server:
     /// 3 MiB at 5,000 servers).
     pub recurring_kinds: u64,

@@ -129,6 +129,19 @@ fn uuid(prefix: u32, n: usize) -> String {
     format!("{prefix:08x}-0000-4000-8000-{n:012}")
 }
 
+/// Puts servers without VMs, one of each RAM size (GiB), uuids `uuid(1, 1..)`.
+async fn put_empty_servers(addr: std::net::SocketAddr, gibs: &[u64]) {
+    for (i, gib) in gibs.iter().enumerate() {
+        let uuid = uuid(1, i + 1);
+        let mut s = server(&uuid);
+        s["vms"] = json!({});
+        s["memory_total_bytes"] = json!(gib << 30);
+        s["memory_available_bytes"] = json!(gib << 30);
+        let put = put_json(addr, &format!("/inventory/servers/{uuid}"), &s).await;
+        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_second_replica_sees_a_committed_change() {
     let Some(pg) = pg::start("inventory replicas") else { return };
@@ -750,15 +763,7 @@ async fn a_vm_placed_again_is_decided_as_the_full_chain_decides_it() {
     let a = replica(None, &url, &[]).await;
     // Servers of 2 or 3 such VMs each, told apart by their RAM: which one a VM gets
     // depends on every claim counted.
-    for (i, gib) in [160u64, 192, 224, 256, 288].iter().enumerate() {
-        let uuid = uuid(1, i + 1);
-        let mut s = server(&uuid);
-        s["vms"] = json!({});
-        s["memory_total_bytes"] = json!(gib << 30);
-        s["memory_available_bytes"] = json!(gib << 30);
-        let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
-        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
-    }
+    put_empty_servers(a.addr, &[160, 192, 224, 256, 288]).await;
     let place = |vm: usize, steps: &'static str| {
         let addr = a.addr;
         async move {
@@ -803,15 +808,7 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
     let Some(pg) = pg::start("inventory kinds in turn") else { return };
     let url = pg.database("kinds");
     let a = replica(None, &url, &[("DAPI_INVENTORY__RECURRING_KINDS", "2")]).await;
-    for (i, gib) in [160u64, 192, 224, 256, 288, 320].iter().enumerate() {
-        let uuid = uuid(1, i + 1);
-        let mut s = server(&uuid);
-        s["vms"] = json!({});
-        s["memory_total_bytes"] = json!(gib << 30);
-        s["memory_available_bytes"] = json!(gib << 30);
-        let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
-        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
-    }
+    put_empty_servers(a.addr, &[160, 192, 224, 256, 288, 320]).await;
     let place = |vm: usize, steps: &'static str| {
         let addr = a.addr;
         async move {

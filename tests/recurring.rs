@@ -20,6 +20,20 @@ fn parse(text: &[u8]) -> AllocateBody<'_> {
     body
 }
 
+/// `body`'s servers, without tickets held.
+fn held_of<'a>(body: &'a AllocateBody<'a>) -> Held<'a> {
+    Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: None, tickets: &dapi::engine::NO_TICKETS }
+}
+
+/// `base` with `vm`'s fields put in its VM.
+fn with_vm(base: &Value, vm: &Value) -> Value {
+    let mut request = base.clone();
+    for (k, v) in vm.as_object().expect("object") {
+        request["vm"][k] = v.clone();
+    }
+    request
+}
+
 fn counts(allocation: &Allocation, body: &AllocateBody<'_>) -> String {
     let bytes = allocation.answer_json(body, StepsFormat::Counts).expect("answer");
     String::from_utf8(bytes).expect("UTF-8")
@@ -115,10 +129,7 @@ fn recurring_allocations_answer_as_full_runs_do() {
     for (e, (name, engine)) in engines.iter().enumerate() {
         // Each sequence twice: by one owner, and by three in turn.
         for (t, template, owners_in_turn) in templates.iter().enumerate().flat_map(|(t, x)| [(t, x, 1), (t, x, 3)]) {
-            let mut request = base.clone();
-            for (k, v) in template.as_object().expect("object") {
-                request["vm"][k] = v.clone();
-            }
+            let mut request = with_vm(&base, template);
             let mut servers: Vec<Value> = request["servers"].as_array().cloned().expect("servers");
             let mut recurring = Recurring::new();
             let mut claims: Vec<Ticket> = Vec::new();
@@ -185,12 +196,7 @@ fn changes_not_reported_are_not_seen_and_all_resets() {
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let text = serde_json::to_vec(&base).expect("json");
     let body = parse(&text);
-    let held = Held {
-        servers: &body.servers,
-        raw_servers: &body.raw_servers,
-        lookups: None,
-        tickets: &dapi::engine::NO_TICKETS,
-    };
+    let held = held_of(&body);
     let mut recurring = Recurring::new();
     let first = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
     let chosen = first.chosen.expect("a server fits");
@@ -200,12 +206,7 @@ fn changes_not_reported_are_not_seen_and_all_resets() {
     changed["servers"][chosen]["status"] = json!("unknown");
     let text = serde_json::to_vec(&changed).expect("json");
     let body = parse(&text);
-    let held = Held {
-        servers: &body.servers,
-        raw_servers: &body.raw_servers,
-        lookups: None,
-        tickets: &dapi::engine::NO_TICKETS,
-    };
+    let held = held_of(&body);
     let full = engine.allocate_on(held, &body, false).expect("full run");
     assert_ne!(full.chosen, Some(chosen));
     let stale = recurring.allocate(&engine, held, &body, Changed::Servers { changed: &[], facts: &[] }).expect("run");
@@ -226,12 +227,7 @@ fn the_rest_is_reused_again_and_again_while_its_steps_are_handed_back() {
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let text = serde_json::to_vec(&base).expect("json");
     let body = parse(&text);
-    let held = Held {
-        servers: &body.servers,
-        raw_servers: &body.raw_servers,
-        lookups: None,
-        tickets: &dapi::engine::NO_TICKETS,
-    };
+    let held = held_of(&body);
     let mut recurring = Recurring::new();
     let first = recurring.allocate(&engine, held, &body, Changed::All).expect("run");
     let (chosen, steps) = (first.chosen, counts(&first, &body));
@@ -259,10 +255,7 @@ fn kinds_differ_in_what_per_server_plugins_read() {
     let plain = RecurringKey::of(&plain_body);
     // The key of a request with `vm` put in, checked to agree with `fits` both ways.
     let key_with = |vm: Value| {
-        let mut request = base.clone();
-        for (k, v) in vm.as_object().expect("object") {
-            request["vm"][k] = v.clone();
-        }
+        let request = with_vm(&base, &vm);
         let text = serde_json::to_vec(&request).expect("json");
         let body = parse(&text);
         let key = RecurringKey::of(&body);
@@ -297,18 +290,10 @@ fn kinds_differ_in_what_per_server_plugins_read() {
         json!({"internal_metadata": {"force_designation_failure": true}}),
         json!({"internal_metadata": {"encrypted": true}}),
     ] {
-        let mut request = base.clone();
-        for (k, v) in read.as_object().expect("object") {
-            request["vm"][k] = v.clone();
-        }
+        let request = with_vm(&base, &read);
         let text = serde_json::to_vec(&request).expect("json");
         let body = parse(&text);
-        let held = Held {
-            servers: &body.servers,
-            raw_servers: &body.raw_servers,
-            lookups: None,
-            tickets: &dapi::engine::NO_TICKETS,
-        };
+        let held = held_of(&body);
         assert_eq!(engine.allocate_on(held, &body, false).expect("run").chosen, None, "{read}");
     }
 }
@@ -334,12 +319,7 @@ fn another_owner_runs_the_rest_afresh_and_the_first_reuses_it_again() {
     let nothing = Changed::Servers { changed: &[], facts: &[] };
     let mut run = |owner: usize, which: Changed<'_>| {
         let body = &bodies[owner];
-        let held = Held {
-            servers: &body.servers,
-            raw_servers: &body.raw_servers,
-            lookups: None,
-            tickets: &dapi::engine::NO_TICKETS,
-        };
+        let held = held_of(body);
         let full = engine.allocate_on(held, body, false).expect("full run");
         let again = recurring.allocate(&engine, held, body, which).expect("run");
         assert_eq!((again.chosen, counts(&again, body)), (full.chosen, counts(&full, body)), "owner {owner}");

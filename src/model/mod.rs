@@ -345,23 +345,10 @@ impl VmPayload {
             vm_uuid: Js::Undefined,
             uuid: Js::Undefined,
             alias: Js::Undefined,
+            owner_uuid: Js::Undefined,
             tags: only_keys(&self.tags, TAGS_READ_PER_SERVER),
             internal_metadata: only_keys(&self.internal_metadata, METADATA_READ_PER_SERVER),
-            owner_uuid: Js::Undefined,
-            brand: self.brand.clone(),
-            ram_mib: self.ram_mib.clone(),
-            quota_gib: self.quota_gib.clone(),
-            cpu_cap_pct: self.cpu_cap_pct.clone(),
-            vcpus: self.vcpus.clone(),
-            traits: self.traits.clone(),
-            nic_tags: self.nic_tags.clone(),
-            nic_tag_requirements: self.nic_tag_requirements.clone(),
-            locality: self.locality.clone(),
-            affinity: self.affinity.clone(),
-            docker: self.docker.clone(),
-            volumes: self.volumes.clone(),
-            flexible_disk_size: self.flexible_disk_size.clone(),
-            volumes_from: self.volumes_from.clone(),
+            ..self.clone()
         }
     }
 
