@@ -299,7 +299,7 @@ fn kinds_differ_in_what_per_server_plugins_read() {
 }
 
 #[test]
-fn another_owner_runs_the_rest_afresh_and_the_first_reuses_it_again() {
+fn another_owner_runs_the_rest_again_and_the_first_reuses_it_again() {
     let engine = common::engine_with(None, json!({"weight_uniform_random": 0, "weight_num_owner_zones": 1}));
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let mut other = base.clone();

@@ -222,12 +222,12 @@ impl Recurring {
         self.reused_rest
     }
 
-    /// Forgets what the rest of the chain kept.
-    fn forget_rest(&mut self) {
+    /// Forgets the rest of the chain's last run, which another owner's VM may not repeat
+    /// (its soft filters read the owner). The sorted orders and list-only increments stay:
+    /// each is used only for the very list it was made from, and neither reads the owner.
+    fn forget_last_rest(&mut self) {
         self.last = None;
         self.survivors.clear();
-        self.increments.clear();
-        self.orders.clear();
     }
 
     /// Puts the owner's VM counts in the servers' states (`n` of them) aside and takes
@@ -318,8 +318,8 @@ impl Recurring {
         }
         if self.owner != body.vm.owner_uuid {
             // Another owner's VM: the per-server outcomes hold (that part does not read the
-            // owner), the rest of the chain runs afresh.
-            self.forget_rest();
+            // owner), the rest of the chain runs again.
+            self.forget_last_rest();
             self.change_owner(&body.vm.owner_uuid, n);
         }
         let mut req = engine.request(held, body, std::mem::take(&mut self.states));
