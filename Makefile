@@ -4,7 +4,7 @@
 CARGO ?= cargo
 SHARED ?= ../shared
 
-.PHONY: help build run test lint conformance openapi bench bench-original bench-inventory bench-custom bench-owner-filter bench-simulate report-check load soak fuzz docker clean
+.PHONY: help build run test lint conformance openapi bench bench-original bench-inventory bench-recurring bench-custom bench-owner-filter bench-simulate report-check load soak fuzz docker clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -63,6 +63,9 @@ bench-original: build ## against the original allocator (ORIGINAL=sdc-designatio
 
 bench-inventory: ## inventory mode: start-up, allocations/s and p99 with claims (needs PostgreSQL)
 	$(CARGO) test --release --test inventory_bench -- --ignored --nocapture
+
+bench-recurring: ## inventory mode's engine alone: owners in turn at 5,000 servers (RECURRING_BENCH_*)
+	$(CARGO) test --release --test recurring_bench -- --ignored --nocapture
 
 bench-custom: ## what custom plugins (plugins_dir) add, at 500 and 5,000 servers
 	$(CARGO) bench --bench custom

@@ -1,0 +1,92 @@
+//! `engine::Recurring`'s benchmark (not run by `cargo test`; BENCHMARKS.md): allocation after
+//! allocation on one datacenter held in memory, as a replica makes them but without the
+//! service, PostgreSQL or the claims' bookkeeping, so that the engine's share can be measured
+//! on its own, under `valgrind --tool=callgrind` too (instructions, which the host's noise
+//! does not move).
+//!
+//! Each allocation claims its chosen server (a ticket), which is the one server changed for
+//! the next. The VMs come from RECURRING_BENCH_OWNERS (8) owners in turn, each an owner of
+//! VMs in the datacenter (its locality hints then pass on a list of its own).
+//! RECURRING_BENCH_SERVERS (5000), RECURRING_BENCH_ROUNDS (200).
+//!
+//! ```sh
+//! make bench-recurring   # cargo test --release --test recurring_bench -- --ignored --nocapture
+//! ```
+
+mod common;
+
+#[path = "../benches/input.rs"]
+mod input;
+
+use dapi::engine::{Changed, Held, Lookups, Recurring, ServerId};
+use dapi::model::Ticket;
+use dapi::validate::validate_allocate;
+use dapi::wire::parse_allocate_body;
+use serde_json::{json, Value};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[test]
+#[ignore = "a benchmark: cargo test --release --test recurring_bench -- --ignored --nocapture"]
+fn owners_in_turn() {
+    let engine = common::engine_with(None, input::config()["defaults"].clone());
+    let (servers, owners, rounds) =
+        (env("RECURRING_BENCH_SERVERS", 5000), env("RECURRING_BENCH_OWNERS", 8), env("RECURRING_BENCH_ROUNDS", 200));
+    let base: Value = serde_json::from_slice(&input::body(servers, 30)).expect("bench body");
+    // The owner of server o's first VM, for each o: owners with VMs here.
+    let texts: Vec<Vec<u8>> = (0..owners)
+        .map(|o| {
+            let vm = base["servers"][o % servers]["vms"].as_object().and_then(|vms| vms.values().next());
+            let mut request = base.clone();
+            request["vm"]["owner_uuid"] = vm.expect("a VM")["owner_uuid"].clone();
+            serde_json::to_vec(&request).expect("json")
+        })
+        .collect();
+    let bodies: Vec<_> = texts
+        .iter()
+        .map(|text| {
+            let mut body = parse_allocate_body(text).expect("parsed");
+            validate_allocate(&mut body).expect("valid");
+            body
+        })
+        .collect();
+    // The servers are the same in every body: one set of lookups serves them all, as a
+    // replica's serves every allocation.
+    let lookups = Lookups::default();
+    let mut recurring = Recurring::new();
+    let mut claims: Vec<Ticket> = Vec::new();
+    let mut changed: Option<Vec<ServerId>> = None;
+    let started = std::time::Instant::now();
+    for round in 0..rounds {
+        let body = &bodies[round % owners];
+        let held =
+            Held { servers: &body.servers, raw_servers: &body.raw_servers, lookups: Some(&lookups), tickets: &claims };
+        let which = match &changed {
+            None => Changed::All,
+            Some(changed) => Changed::Servers { changed, facts: &[] },
+        };
+        let allocation = recurring.allocate(&engine, held, body, which).expect("allocated");
+        let chosen = allocation.chosen.expect("a server fits");
+        recurring.recycle(allocation);
+        claims.push(
+            serde_json::from_value(json!({
+                "uuid": format!("claim-{round}"), "id": format!("c1a1c1a1-0000-4000-8000-{round:012x}"),
+                "server_uuid": body.servers[chosen].uuid.as_str().expect("uuid"), "scope": "vm",
+                "action": "provision", "status": "active",
+                "extra": {"owner_uuid": body.vm.owner_uuid.as_str().expect("owner"), "max_physical_memory": 1024,
+                          "cpu_cap": 100, "quota": 40, "brand": "joyent"}
+            }))
+            .expect("ticket"),
+        );
+        changed = Some(vec![chosen]);
+    }
+    let each = started.elapsed().as_secs_f64() * 1e3 / rounds as f64;
+    println!(
+        "{servers} servers, {owners} owners in turn, {rounds} allocations: {each:.3} ms each; per-server part reused {}, the rest {}",
+        recurring.reused(),
+        recurring.reused_rest()
+    );
+    assert_eq!(recurring.reused(), rounds - 1, "every allocation but the first reused the per-server part");
+}
