@@ -224,7 +224,8 @@ impl Recurring {
 
     /// Forgets the rest of the chain's last run, which another owner's VM may not repeat
     /// (its soft filters read the owner). The sorted orders and list-only increments stay:
-    /// each is used only for the very list it was made from, and neither reads the owner.
+    /// each is checked against the list it is given before it is used, and neither reads
+    /// the owner.
     fn forget_last_rest(&mut self) {
         self.last = None;
         self.survivors.clear();
