@@ -23,12 +23,9 @@ mod input;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::env_usize as env;
 use common::send;
 use serde_json::{json, Value};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 /// A `/proc/PID/status` figure in KiB (`VmRSS:`, `VmHWM:`), 0 if unreadable.
 fn status_kib_of(pid: u32, field: &str) -> u64 {

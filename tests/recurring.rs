@@ -10,14 +10,10 @@ mod input;
 
 use dapi::engine::{Allocation, Changed, Held, Recurring, RecurringKey, ServerId, StepsFormat};
 use dapi::model::{AllocateBody, Ticket};
-use dapi::validate::validate_allocate;
-use dapi::wire::parse_allocate_body;
 use serde_json::{json, Value};
 
 fn parse(text: &[u8]) -> AllocateBody<'_> {
-    let mut body = parse_allocate_body(text).expect("parsed");
-    validate_allocate(&mut body).expect("valid");
-    body
+    common::parse_valid(text)
 }
 
 /// `body`'s servers, without tickets held.
@@ -37,17 +33,6 @@ fn with_vm(base: &Value, vm: &Value) -> Value {
 fn counts(allocation: &Allocation, body: &AllocateBody<'_>) -> String {
     let bytes = allocation.answer_json(body, StepsFormat::Counts).expect("answer");
     String::from_utf8(bytes).expect("UTF-8")
-}
-
-/// A claim on `server` for a VM of `vm`'s owner and size, as inventory mode makes it.
-fn claim(n: usize, server: &str, vm: &Value) -> Ticket {
-    serde_json::from_value(json!({
-        "uuid": format!("claim-{n}"), "id": format!("c1a1c1a1-0000-4000-8000-{n:012x}"),
-        "server_uuid": server, "scope": "vm", "action": "provision", "status": "active",
-        "extra": {"owner_uuid": vm["owner_uuid"], "max_physical_memory": vm["ram"], "cpu_cap": 100,
-                  "quota": 40, "brand": vm["brand"]}
-    }))
-    .expect("ticket")
 }
 
 /// What changes between two allocations besides the claim on the chosen server, every
@@ -162,7 +147,7 @@ fn recurring_allocations_answer_as_full_runs_do() {
                 let mut next = Vec::new();
                 if let Some(id) = again.chosen {
                     let uuid = servers[id]["uuid"].as_str().expect("uuid").to_string();
-                    claims.push(claim(placed, &uuid, &request["vm"]));
+                    claims.push(common::claim(placed, &uuid, &request["vm"]));
                     next.push(id);
                     placed += 1;
                 }

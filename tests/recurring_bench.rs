@@ -18,15 +18,10 @@ mod common;
 #[path = "../benches/input.rs"]
 mod input;
 
+use common::env_usize as env;
 use dapi::engine::{Changed, Held, Lookups, Recurring, ServerId};
 use dapi::model::Ticket;
-use dapi::validate::validate_allocate;
-use dapi::wire::parse_allocate_body;
 use serde_json::{json, Value};
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
 
 #[test]
 #[ignore = "a benchmark: cargo test --release --test recurring_bench -- --ignored --nocapture"]
@@ -44,14 +39,7 @@ fn owners_in_turn() {
             serde_json::to_vec(&request).expect("json")
         })
         .collect();
-    let bodies: Vec<_> = texts
-        .iter()
-        .map(|text| {
-            let mut body = parse_allocate_body(text).expect("parsed");
-            validate_allocate(&mut body).expect("valid");
-            body
-        })
-        .collect();
+    let bodies: Vec<_> = texts.iter().map(|text| common::parse_valid(text)).collect();
     // The servers are the same in every body: one set of lookups serves them all, as a
     // replica's serves every allocation.
     let lookups = Lookups::default();
@@ -70,16 +58,8 @@ fn owners_in_turn() {
         let allocation = recurring.allocate(&engine, held, body, which).expect("allocated");
         let chosen = allocation.chosen.expect("a server fits");
         recurring.recycle(allocation);
-        claims.push(
-            serde_json::from_value(json!({
-                "uuid": format!("claim-{round}"), "id": format!("c1a1c1a1-0000-4000-8000-{round:012x}"),
-                "server_uuid": body.servers[chosen].uuid.as_str().expect("uuid"), "scope": "vm",
-                "action": "provision", "status": "active",
-                "extra": {"owner_uuid": body.vm.owner_uuid.as_str().expect("owner"), "max_physical_memory": 1024,
-                          "cpu_cap": 100, "quota": 40, "brand": "joyent"}
-            }))
-            .expect("ticket"),
-        );
+        let vm = json!({"owner_uuid": body.vm.owner_uuid.as_str().expect("owner"), "ram": 1024, "brand": "joyent"});
+        claims.push(common::claim(round, body.servers[chosen].uuid.as_str().expect("uuid"), &vm));
         changed = Some(vec![chosen]);
     }
     let each = started.elapsed().as_secs_f64() * 1e3 / rounds as f64;

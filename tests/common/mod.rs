@@ -279,3 +279,27 @@ pub fn engine_with(chain: Option<serde_json::Value>, defaults: serde_json::Value
     }
     dapi::engine::Engine::from_config(&config, &dapi::registry::built_in()).expect("engine")
 }
+
+/// A request body parsed and validated as the service does, for tests driving the engine.
+pub fn parse_valid(text: &[u8]) -> dapi::model::AllocateBody<'_> {
+    let mut body = dapi::wire::parse_allocate_body(text).expect("parsed");
+    dapi::validate::validate_allocate(&mut body).expect("valid");
+    body
+}
+
+/// A claim on `server` for a VM of `vm`'s owner and size (`owner_uuid`, `ram`, `brand`), as
+/// inventory mode makes it; `n` tells claims apart.
+pub fn claim(n: usize, server: &str, vm: &serde_json::Value) -> dapi::model::Ticket {
+    serde_json::from_value(serde_json::json!({
+        "uuid": format!("claim-{n}"), "id": format!("c1a1c1a1-0000-4000-8000-{n:012x}"),
+        "server_uuid": server, "scope": "vm", "action": "provision", "status": "active",
+        "extra": {"owner_uuid": vm["owner_uuid"], "max_physical_memory": vm["ram"], "cpu_cap": 100,
+                  "quota": 40, "brand": vm["brand"]}
+    }))
+    .expect("ticket")
+}
+
+/// A benchmark's setting from the environment, `default` when unset or not a number.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
