@@ -481,11 +481,20 @@ impl Reasons {
 
     /// The reasons as a JSON object, appended to `out`.
     pub fn write_json(&self, out: &mut Vec<u8>) {
+        self.write_json_in_parts(out, &mut |_| {});
+    }
+
+    /// [`Reasons::write_json`], calling `part_done` every few hundred entries (it may take
+    /// what `out` holds so far; see `StepsView::write_json_in_parts`).
+    pub fn write_json_in_parts(&self, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
         let mut buf = String::with_capacity(48);
         out.push(b'{');
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
+                if i % super::summary::ENTRIES_PER_PART_CHECK == 0 {
+                    part_done(out);
+                }
             }
             write_json_str(out, self.key_of(e));
             out.push(b':');

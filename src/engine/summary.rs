@@ -97,13 +97,13 @@ impl StepsView<'_> {
             StepsFormat::Full => {
                 let uuids = UuidJson::new(self.servers);
                 write_step_head(out, "Received by DAPI", "remaining");
-                uuids.write_list(out, 0..self.received);
+                uuids.write_list(out, 0..self.received, part_done);
                 out.push(b'}');
                 for step in self.steps {
                     out.push(b',');
                     write_step_head(out, step.name, "remaining");
-                    uuids.write_list(out, step.remaining.iter().copied());
-                    write_reasons(out, &step.reasons);
+                    uuids.write_list(out, step.remaining.iter().copied(), part_done);
+                    write_reasons(out, &step.reasons, part_done);
                     part_done(out);
                 }
             }
@@ -128,10 +128,10 @@ impl StepsView<'_> {
                     };
                     out.push(b',');
                     write_step_head(out, step.name, "removed");
-                    uuids.write_list(out, removed.into_iter());
+                    uuids.write_list(out, removed.into_iter(), part_done);
                     out.extend_from_slice(b",\"remaining_count\":");
                     out.extend_from_slice(step.remaining.len().to_string().as_bytes());
-                    write_reasons(out, &step.reasons);
+                    write_reasons(out, &step.reasons, part_done);
                     part_done(out);
                 }
             }
@@ -159,13 +159,18 @@ fn write_step_head(out: &mut Vec<u8>, name: &str, list: &str) {
 }
 
 /// `,"reasons":{...}}` when there are any, then the closing brace.
-fn write_reasons(out: &mut Vec<u8>, reasons: &Reasons) {
+fn write_reasons(out: &mut Vec<u8>, reasons: &Reasons, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
     if !reasons.is_empty() {
         out.extend_from_slice(b",\"reasons\":");
-        reasons.write_json(out);
+        reasons.write_json_in_parts(out, part_done);
     }
     out.push(b'}');
 }
+
+/// How many list entries or reasons are written between two calls of `part_done` within a
+/// step (a few tens of KB): a step at datacenter scale runs to hundreds of KB, and parts
+/// that stay near their intended size keep a streamed answer's memory at a few parts.
+pub const ENTRIES_PER_PART_CHECK: usize = 512;
 
 /// Every server's uuid as JSON (`null` for a server without one), written once per answer
 /// and copied into each list.
@@ -196,11 +201,19 @@ impl UuidJson {
         &self.bytes[start..self.ends[id]]
     }
 
-    fn write_list(&self, out: &mut Vec<u8>, ids: impl Iterator<Item = ServerId>) {
+    fn write_list(
+        &self,
+        out: &mut Vec<u8>,
+        ids: impl Iterator<Item = ServerId>,
+        part_done: &mut dyn FnMut(&mut Vec<u8>),
+    ) {
         out.push(b'[');
         for (i, id) in ids.enumerate() {
             if i > 0 {
                 out.push(b',');
+                if i % ENTRIES_PER_PART_CHECK == 0 {
+                    part_done(out);
+                }
             }
             out.extend_from_slice(self.get(id));
         }
@@ -264,6 +277,58 @@ fn name_nics(server: &mut serde_json::Map<String, Value>) {
             if let Value::Object(nic) = nic {
                 nic.insert("interface".into(), Value::String(name.clone()));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step over `n` servers, each with a reason of its own.
+    fn big_step(n: usize) -> Step {
+        let mut reasons = Reasons::default();
+        for i in 0..n {
+            reasons.set(format!("server-{i}").as_str(), format!("server {i} was kept for a reason long enough"));
+        }
+        Step {
+            plugin: "test",
+            name: "a step over every server",
+            remaining: (0..n).collect(),
+            reasons,
+            received: n,
+            input: None,
+            elapsed: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn parts_are_offered_within_a_step_so_none_outgrows_its_size() {
+        let servers: Vec<Server> = (0..5000)
+            .map(|i| {
+                let mut server = Server::default();
+                server.uuid = Js::Str(format!("{i:08}-0000-4000-8000-000000000000").into());
+                server
+            })
+            .collect();
+        let steps = [big_step(servers.len()), big_step(servers.len())];
+        for format in [StepsFormat::Full, StepsFormat::Removed] {
+            let view = StepsView { servers: &servers, received: servers.len(), steps: &steps, format };
+            let mut whole = Vec::new();
+            view.write_json(&mut whole);
+            let (part_bytes, mut largest, mut sent) = (64 * 1024, 0, Vec::new());
+            let mut out = Vec::new();
+            view.write_json_in_parts(&mut out, &mut |out| {
+                largest = largest.max(out.len());
+                if out.len() >= part_bytes {
+                    sent.append(out);
+                }
+            });
+            sent.append(&mut out);
+            assert!(sent == whole, "{format:?}: the parts differ from the whole");
+            // Each step alone is hundreds of KB; an offer comes every 512 entries.
+            assert!(whole.len() > 8 * part_bytes, "{}", whole.len());
+            assert!(largest < part_bytes + 48 * 1024, "{format:?}: a part grew to {largest} bytes");
         }
     }
 }

@@ -219,7 +219,7 @@ pub(super) fn reply_allocation(
     let (status, outcome) = outcome_of(servers, allocation);
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
-    let mut out = Vec::with_capacity(2 * stream::PART_BYTES);
+    let mut out = stream::part_buffer();
     let mut digested = digest.then(crate::config::Digest::default);
     let written = write_answer(raw, servers, allocation, format, explain, &mut out, &mut |out| {
         // What part_done sends, digested first.

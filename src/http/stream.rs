@@ -4,7 +4,10 @@
 //! servers). Rather than holding it whole next to the request it describes, the blocking
 //! thread that writes it hands it over in parts of about [`PART_BYTES`] through a small
 //! bounded channel, and the connection sends each part as it comes: memory stays at a few
-//! parts, and the client reads the start of the answer while the rest is written.
+//! parts, and the client reads the start of the answer while the rest is written. The
+//! writers offer a part every few tens of KB (`ENTRIES_PER_PART_CHECK`), so a part stays
+//! within [`PART_ROOM`] and its buffer never grows: at 5,000 servers the answer's parts
+//! took 4 MiB at the request's peak when a step was written whole.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -15,9 +18,11 @@ use http_body::{Body as HttpBody, Frame};
 use tokio::sync::mpsc;
 
 /// Parts are sent once they hold at least this much.
-pub const PART_BYTES: usize = 256 * 1024;
+pub const PART_BYTES: usize = 64 * 1024;
+/// A part's buffer: its size and what one more offer's worth of writing may add.
+const PART_ROOM: usize = PART_BYTES + 64 * 1024;
 /// Parts written but not yet sent, at most.
-const PARTS_IN_FLIGHT: usize = 4;
+const PARTS_IN_FLIGHT: usize = 2;
 
 /// The writing end, used from a blocking thread.
 pub struct PartSender {
@@ -33,6 +38,11 @@ pub struct StreamedBody {
     rx: mpsc::Receiver<std::io::Result<Bytes>>,
 }
 
+/// An empty buffer for writing a part in.
+pub fn part_buffer() -> Vec<u8> {
+    Vec::with_capacity(PART_ROOM)
+}
+
 /// A connected pair.
 pub fn channel(patience: Duration) -> (PartSender, StreamedBody) {
     let (tx, rx) = mpsc::channel(PARTS_IN_FLIGHT);
@@ -46,7 +56,10 @@ impl PartSender {
         if out.is_empty() || (!last && out.len() < PART_BYTES) {
             return;
         }
-        let part = Bytes::from(std::mem::replace(out, Vec::with_capacity(if last { 0 } else { PART_BYTES * 2 })));
+        let mut part = std::mem::replace(out, if last { Vec::new() } else { part_buffer() });
+        // What the part did not use goes back now (shrunk in place), not when it is sent.
+        part.shrink_to_fit();
+        let part = Bytes::from(part);
         if !self.open {
             return;
         }

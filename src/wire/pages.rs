@@ -132,11 +132,24 @@ pub fn tune_allocator(holds_inventory: bool) {
             let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
             let arenas = if holds_inventory { 1 } else { (4 * cores).clamp(2, 64) };
             libc::mallopt(libc::M_ARENA_MAX, arenas as libc::c_int);
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MAPPED_FROM as libc::c_int);
             libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 20);
         }
         let _ = holds_inventory;
     });
+}
+
+/// Blocks of this size and more are mapped on their own ([`tune_allocator`]; also glibc's
+/// largest default).
+const MAPPED_FROM: usize = 32 << 20;
+
+/// An empty vector whose buffer the allocator maps on its own, for an array that is built
+/// on one thread, moved elsewhere, then freed: freed, its pages go back to the kernel at
+/// once, where an ordinary block would stay resident as a hole in that thread's heap that
+/// the request's later work (on other threads) never fills. Only the pages written are
+/// resident, so the room reserved costs address space only.
+pub fn vec_mapped_apart<T>() -> Vec<T> {
+    Vec::with_capacity(MAPPED_FROM.div_ceil(std::mem::size_of::<T>().max(1)))
 }
 
 /// Gives a body buffer back once its request is done: a big one is kept for the next big
