@@ -18,7 +18,7 @@ use http_body::{Body as HttpBody, Frame};
 use tokio::sync::mpsc;
 
 /// Parts are sent once they hold at least this much.
-pub const PART_BYTES: usize = 64 * 1024;
+pub const PART_BYTES: usize = 128 * 1024;
 /// A part's buffer: its size and what one more offer's worth of writing may add.
 const PART_ROOM: usize = PART_BYTES + 64 * 1024;
 /// Parts written but not yet sent, at most.

@@ -4,8 +4,8 @@
 //! decides the request's memory and much of its parse time. A VM whose fields are the
 //! ordinary ones — uuids and the alias borrowed from the request body, the usual brands and
 //! states, whole numbers below 2^32 − 1, values that pass the server schema's VM checks — is
-//! a [`PlainVm`] of 48 bytes that allocates nothing, and its entry in `server.vms` (keyed by
-//! its own uuid) 56 bytes. Any other VM (an odd type, a value the schema refuses or the
+//! a [`PlainVm`] of 40 bytes that allocates nothing, and its entry in `server.vms` (keyed by
+//! its own uuid) 48 bytes. Any other VM (an odd type, a value the schema refuses or the
 //! compact form cannot hold, `tags`, `internal_metadata` or `docker` present, a string with
 //! escapes) is kept whole as a [`FullVm`] of [`Js`] values, exactly as received. Plugins read either through the same
 //! accessors ([`ServerVm::brand`], ...), which return [`JsRef`] views. How they are read off
@@ -23,8 +23,8 @@ pub enum ServerVm<'a> {
     Full(Box<FullVm>),
 }
 
-/// A VM whose fields are all ordinary, in 48 bytes: uuids and the alias borrowed from the
-/// request body, `brand` and `state` among the usual words, numbers whole and below
+/// A VM whose fields are all ordinary, in 40 bytes: uuids and the alias (under 64 KiB)
+/// borrowed from the request body, `brand` and `state` among the usual words, numbers whole and below
 /// 2^32 − 1. Holding one means the VM passes the server schema's VM checks (`owner_uuid`
 /// a lower-case uuid, `state` a non-empty string, `max_physical_memory` an integer ≥ 1,
 /// `quota` a number ≥ 0 if given, `cpu_cap` an integer ≥ 1 if given) and has no `tags`,
@@ -34,12 +34,51 @@ pub enum ServerVm<'a> {
 pub struct PlainVm<'a> {
     uuid: Option<UuidRef<'a>>,
     owner_uuid: Option<UuidRef<'a>>,
-    alias: Option<&'a str>,
+    /// The alias's start; its length is `alias_len`.
+    alias: Option<ThinStr<'a>>,
     max_physical_memory_mib: SmallNum,
     quota_gib: SmallNum,
     cpu_cap_pct: SmallNum,
+    alias_len: u16,
     brand: Option<Brand>,
     state: Option<VmState>,
+}
+
+/// Where a string borrowed from the request body starts: a thin pointer, its length kept
+/// apart (a VM's alias: the length beside the VM's other small fields takes 2 bytes where a
+/// `&str` would take 8 more). Made only from a whole `&'a str`, so it stands for a borrow
+/// of that string.
+#[derive(Clone, Copy)]
+struct ThinStr<'a> {
+    start: std::ptr::NonNull<u8>,
+    borrowed: std::marker::PhantomData<&'a str>,
+}
+
+// SAFETY: a `ThinStr` is a shared borrow of a `str` (only ever read), as `&'a str` is, and
+// `&str` is both.
+unsafe impl Send for ThinStr<'_> {}
+unsafe impl Sync for ThinStr<'_> {}
+
+impl<'a> ThinStr<'a> {
+    /// `s` split into its start and its length, when the length fits 16 bits.
+    fn split(s: &'a str) -> Option<(ThinStr<'a>, u16)> {
+        let len = u16::try_from(s.len()).ok()?;
+        let start = std::ptr::NonNull::from(s).cast::<u8>();
+        Some((ThinStr { start, borrowed: std::marker::PhantomData }, len))
+    }
+
+    /// The string again, given the length it was split with.
+    fn with_len(self, len: u16) -> &'a str {
+        // SAFETY: `start` and `len` come from one `&'a str` ([`ThinStr::split`]; `PlainVm`
+        // keeps the two together), still borrowed for `'a`.
+        unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(self.start.as_ptr(), usize::from(len))) }
+    }
+}
+
+impl std::fmt::Debug for ThinStr<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ThinStr")
+    }
 }
 
 /// A VM's fields as read, before choosing its form: strings borrowed from the body (the
@@ -212,6 +251,7 @@ impl<'a> PlainVm<'a> {
         max_physical_memory_mib: SmallNum::ABSENT,
         quota_gib: SmallNum::ABSENT,
         cpu_cap_pct: SmallNum::ABSENT,
+        alias_len: 0,
         brand: None,
         state: None,
     };
@@ -224,13 +264,21 @@ impl<'a> PlainVm<'a> {
             Some(s) => Some(Brand::of(s)?),
             None => None,
         };
+        let (alias, alias_len) = match f.alias {
+            Some(alias) => {
+                let (start, len) = ThinStr::split(alias)?;
+                (Some(start), len)
+            }
+            None => (None, 0),
+        };
         let vm = PlainVm {
             uuid: f.uuid,
             owner_uuid: Some(f.owner_uuid),
-            alias: f.alias,
+            alias,
             max_physical_memory_mib: SmallNum::of(f.max_physical_memory_mib)?,
             quota_gib: SmallNum::of(f.quota_gib)?,
             cpu_cap_pct: SmallNum::of(f.cpu_cap_pct)?,
+            alias_len,
             brand,
             state: Some(VmState::of(f.state)?),
         };
@@ -240,6 +288,11 @@ impl<'a> PlainVm<'a> {
     /// The VM's `uuid`, when it has one.
     pub fn uuid(&self) -> Option<&'a str> {
         self.uuid.map(UuidRef::as_str)
+    }
+
+    /// The VM's `alias`, when it has one.
+    fn alias(&self) -> Option<&'a str> {
+        self.alias.map(|start| start.with_len(self.alias_len))
     }
 
     /// What the capacity sums read from the VM ([`ServerVm::load`]).
@@ -280,7 +333,7 @@ impl<'a> ServerVm<'a> {
         owner_uuid: |p| JsRef::opt_str(p.owner_uuid.map(UuidRef::as_str));
         brand: |p| JsRef::opt_str(p.brand.map(Brand::as_str));
         state: |p| JsRef::opt_str(p.state.map(VmState::as_str));
-        alias: |p| JsRef::opt_str(p.alias);
+        alias: |p| JsRef::opt_str(p.alias());
         /// Promised RAM (`max_physical_memory`), MiB.
         max_physical_memory_mib: |p| JsRef::nan_absent(p.max_physical_memory_mib.get());
         /// Promised disk (`quota`), GiB.
@@ -637,5 +690,40 @@ impl<'a> VmMap<'a> {
 
     pub fn keys(&self) -> impl Iterator<Item = &str> {
         self.entries.iter().map(VmEntry::key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields<'a>(alias: Option<&'a str>) -> PlainFields<'a> {
+        PlainFields {
+            uuid: UuidRef::new("00000000-0000-4000-8000-000000000001"),
+            owner_uuid: UuidRef::new("00000000-0000-4000-8000-000000000002").expect("uuid-shaped"),
+            brand: Some("joyent"),
+            state: "running",
+            alias,
+            max_physical_memory_mib: 512.0,
+            quota_gib: 10.0,
+            cpu_cap_pct: f64::NAN,
+        }
+    }
+
+    #[test]
+    fn a_plain_vm_takes_forty_bytes_and_its_entry_forty_eight() {
+        assert_eq!(std::mem::size_of::<PlainVm>(), 40);
+        assert_eq!(std::mem::size_of::<ServerVm>(), 40);
+        assert_eq!(std::mem::size_of::<VmEntry>(), 48);
+    }
+
+    #[test]
+    fn the_alias_reads_back_whole_and_a_very_long_one_keeps_the_vm_full() {
+        for alias in [None, Some(""), Some("web-01"), Some("é".repeat(30_000).as_str())] {
+            let vm = ServerVm::Plain(PlainVm::new(fields(alias)).expect("plain"));
+            assert_eq!(vm.alias().as_str(), alias, "{alias:?}");
+        }
+        let long = "x".repeat(usize::from(u16::MAX) + 1);
+        assert!(PlainVm::new(fields(Some(&long))).is_none());
     }
 }
