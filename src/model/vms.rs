@@ -24,13 +24,13 @@ pub enum ServerVm<'a> {
 }
 
 /// A VM whose fields are all ordinary, in 40 bytes: uuids and the alias (under 64 KiB)
-/// borrowed from the request body, `brand` and `state` among the usual words, numbers whole and below
-/// 2^32 − 1. Holding one means the VM passes the server schema's VM checks (`owner_uuid`
+/// borrowed from the request body, `brand` and `state` among the usual words, numbers
+/// whole and below 2^32 − 1. Holding one means the VM passes the server schema's VM checks (`owner_uuid`
 /// a lower-case uuid, `state` a non-empty string, `max_physical_memory` an integer ≥ 1,
 /// `quota` a number ≥ 0 if given, `cpu_cap` an integer ≥ 1 if given) and has no `tags`,
 /// `internal_metadata` or `docker`. Built only by [`PlainVm::new`]; every field `None` (or
 /// absent) only in [`PlainVm::EMPTY`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct PlainVm<'a> {
     uuid: Option<UuidRef<'a>>,
     owner_uuid: Option<UuidRef<'a>>,
@@ -75,9 +75,18 @@ impl<'a> ThinStr<'a> {
     }
 }
 
-impl std::fmt::Debug for ThinStr<'_> {
+impl std::fmt::Debug for PlainVm<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ThinStr")
+        f.debug_struct("PlainVm")
+            .field("uuid", &self.uuid)
+            .field("owner_uuid", &self.owner_uuid)
+            .field("alias", &self.alias())
+            .field("max_physical_memory_mib", &self.max_physical_memory_mib)
+            .field("quota_gib", &self.quota_gib)
+            .field("cpu_cap_pct", &self.cpu_cap_pct)
+            .field("brand", &self.brand)
+            .field("state", &self.state)
+            .finish()
     }
 }
 
@@ -723,6 +732,8 @@ mod tests {
             let vm = ServerVm::Plain(PlainVm::new(fields(alias)).expect("plain"));
             assert_eq!(vm.alias().as_str(), alias, "{alias:?}");
         }
+        let vm = PlainVm::new(fields(Some("web-01"))).expect("plain");
+        assert!(format!("{vm:?}").contains("alias: Some(\"web-01\")"), "{vm:?}");
         let long = "x".repeat(usize::from(u16::MAX) + 1);
         assert!(PlainVm::new(fields(Some(&long))).is_none());
     }

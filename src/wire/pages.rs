@@ -147,7 +147,8 @@ pub fn free_now<T>(mut emptied: Vec<T>) {
     emptied.clear();
     let bytes = emptied.capacity() * std::mem::size_of::<T>();
     if bytes >= RELEASE_FROM {
-        release_pages(emptied.as_mut_ptr().cast(), bytes);
+        // SAFETY: the range is the array's own buffer, still allocated, holding nothing.
+        unsafe { release_pages(emptied.as_mut_ptr().cast(), bytes) };
     }
 }
 
@@ -156,21 +157,24 @@ const RELEASE_FROM: usize = 1 << 20;
 
 /// Hands the whole pages of `len` bytes from `start` back to the kernel (they read as zeros
 /// afterwards); the partial pages at either end are left as they are.
+///
+/// # Safety
+/// The range must lie inside one allocation the caller owns, whose contents it no longer
+/// needs and nobody else reads.
 #[cfg(target_os = "linux")]
-fn release_pages(start: *mut u8, len: usize) {
+unsafe fn release_pages(start: *mut u8, len: usize) {
     const PAGE: usize = 4096;
     let start = start as usize;
     let first = start.next_multiple_of(PAGE);
     let end = (start + len) & !(PAGE - 1);
     if end > first {
-        // SAFETY: the range lies inside an allocation this process owns and holds nothing
-        // any more (its elements were moved out); its pages read as zeros if touched again.
+        // SAFETY: as the caller promises; the pages read as zeros if touched again.
         unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_DONTNEED) };
     }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn release_pages(_start: *mut u8, _len: usize) {}
+unsafe fn release_pages(_start: *mut u8, _len: usize) {}
 
 /// Gives a body buffer back once its request is done: a big one is kept for the next big
 /// body (for [`KEEP`]), anything else freed.
@@ -317,7 +321,8 @@ mod tests {
         let mut bytes = vec![1u8; 3 << 20];
         // An odd start, so that the range has partial pages at both ends.
         let (start, len) = (1000, (2 << 20) + 5000);
-        release_pages(bytes[start..].as_mut_ptr(), len);
+        // SAFETY: inside `bytes`, which the test owns; it reads them only afterwards.
+        unsafe { release_pages(bytes[start..].as_mut_ptr(), len) };
         let first = (bytes.as_ptr() as usize + start).next_multiple_of(4096) - bytes.as_ptr() as usize;
         let end = ((bytes.as_ptr() as usize + start + len) & !4095) - bytes.as_ptr() as usize;
         assert!(end - first >= 2 << 20);
