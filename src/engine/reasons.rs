@@ -492,10 +492,8 @@ impl Reasons {
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
                 out.push(b',');
-                if i % super::summary::ENTRIES_PER_PART_CHECK == 0 {
-                    part_done(out);
-                }
             }
+            super::summary::offer_part_before(i, out, part_done);
             write_json_str(out, self.key_of(e));
             out.push(b':');
             e.msg.write_json_using(out, &mut buf);

@@ -170,7 +170,15 @@ fn write_reasons(out: &mut Vec<u8>, reasons: &Reasons, part_done: &mut dyn FnMut
 /// How many list entries or reasons are written between two calls of `part_done` within a
 /// step (a few tens of KB): a step at datacenter scale runs to hundreds of KB, and parts
 /// that stay near their intended size keep a streamed answer's memory at a few parts.
-pub const ENTRIES_PER_PART_CHECK: usize = 512;
+const ENTRIES_PER_PART_CHECK: usize = 512;
+
+/// Offers what `out` holds to `part_done` before the `i`th entry of a list, every
+/// [`ENTRIES_PER_PART_CHECK`] entries.
+pub(super) fn offer_part_before(i: usize, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
+    if i > 0 && i.is_multiple_of(ENTRIES_PER_PART_CHECK) {
+        part_done(out);
+    }
+}
 
 /// Every server's uuid as JSON (`null` for a server without one), written once per answer
 /// and copied into each list.
@@ -211,10 +219,8 @@ impl UuidJson {
         for (i, id) in ids.enumerate() {
             if i > 0 {
                 out.push(b',');
-                if i % ENTRIES_PER_PART_CHECK == 0 {
-                    part_done(out);
-                }
             }
+            offer_part_before(i, out, part_done);
             out.extend_from_slice(self.get(id));
         }
         out.push(b']');
