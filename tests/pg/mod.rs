@@ -48,10 +48,22 @@ pub fn start(test: &str) -> Option<Postgres> {
     Some(Postgres::start_in(bin))
 }
 
+/// A free loopback port outside the kernel's ephemeral range. The tests' own client
+/// connections take their local ports from that range, and one of them holding the port
+/// PostgreSQL is about to bind made a cluster fail to start in CI.
 fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().expect("addr").port()
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    loop {
+        let port = rng.gen_range(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
+
+/// How many fresh ports a cluster tries before its start is a failure.
+const START_ATTEMPTS: usize = 5;
 
 impl Postgres {
     fn start_in(bin: PathBuf) -> Postgres {
@@ -66,9 +78,14 @@ impl Postgres {
             let ok = Command::new("chown").arg("-R").arg("postgres").arg(&dir).status().map(|s| s.success());
             assert!(matches!(ok, Ok(true)), "chown {} to postgres", dir.display());
         }
-        let pg = Postgres { port: free_port(), dir, bin, run_as };
+        let mut pg = Postgres { port: free_port(), dir, bin, run_as };
         pg.run("initdb", &["-D", &pg.data(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
-        pg.start_server();
+        let mut failures = Vec::new();
+        while let Err(why) = pg.try_start_server() {
+            failures.push(why);
+            assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start:\n{}", failures.join("\n"));
+            pg.port = free_port();
+        }
         pg
     }
 
@@ -77,6 +94,12 @@ impl Postgres {
     }
 
     fn run(&self, tool: &str, args: &[&str]) {
+        if let Err(why) = self.try_run(tool, args) {
+            panic!("{why}");
+        }
+    }
+
+    fn try_run(&self, tool: &str, args: &[&str]) -> Result<(), String> {
         let exe = self.bin.join(tool);
         let mut cmd = match &self.run_as {
             Some(user) => {
@@ -86,23 +109,46 @@ impl Postgres {
             }
             None => Command::new(&exe),
         };
-        let out = cmd.args(args).current_dir(&self.dir).output().unwrap_or_else(|e| panic!("{tool}: {e}"));
-        assert!(
-            out.status.success(),
+        let out = cmd.args(args).current_dir(&self.dir).output().map_err(|e| format!("{tool}: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(format!(
             "{tool} {args:?} failed: {}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
-        );
+        ))
     }
 
+    /// Starts the server again on its port (after `stop_server`); a few tries, since the
+    /// port is free again only once the old postmaster has let it go.
     pub fn start_server(&self) {
+        let mut failures = Vec::new();
+        while let Err(why) = self.try_start_server() {
+            failures.push(why);
+            assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start again:\n{}", failures.join("\n"));
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+
+    /// One start; on failure, what pg_ctl said and the end of the server's log.
+    fn try_start_server(&self) -> Result<(), String> {
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
             self.port,
             self.dir.display()
         );
-        let log = self.dir.join("log").display().to_string();
-        self.run("pg_ctl", &["-D", &self.data(), "-o", &opts, "-l", &log, "-w", "-t", "30", "start"]);
+        let log = self.dir.join("log");
+        let started = self.try_run(
+            "pg_ctl",
+            &["-D", &self.data(), "-o", &opts, "-l", &log.display().to_string(), "-w", "-t", "60", "start"],
+        );
+        started.map_err(|why| {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(10).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("port {}: {why}\nserver log:\n{}", self.port, tail.join("\n"))
+        })
     }
 
     pub fn stop_server(&self) {
@@ -150,7 +196,8 @@ impl Postgres {
 
 impl Drop for Postgres {
     fn drop(&mut self) {
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stop_server()));
+        // Quietly: a cluster that never started has nothing to stop.
+        let _ = self.try_run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
