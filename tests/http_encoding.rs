@@ -106,7 +106,7 @@ fn a_gzip_bomb_is_a_413_without_holding_the_inflated_body() {
     let bomb = enc.finish().expect("gzip");
     assert!(bomb.len() < 2 << 20, "the bomb is small: {} bytes", bomb.len());
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+    let port = common::unclaimed_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_dapi"))
         .arg("serve")
         .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))

@@ -563,7 +563,7 @@ struct Process {
 
 impl Process {
     fn start(url: &str) -> Process {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let port = common::unclaimed_port();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
             .arg("serve")
             .env("DAPI_LISTEN", format!("127.0.0.1:{port}"))

@@ -175,7 +175,7 @@ struct Served {
 impl Served {
     /// Started and listening: a replica listens once it holds the inventory.
     async fn start(config: &std::path::Path, vars: &[(&str, &str)]) -> Served {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a port").port();
+        let port = common::unclaimed_port();
         // INVENTORY_BENCH_DAPI: another build's binary, to compare two side by side.
         let binary = std::env::var("INVENTORY_BENCH_DAPI").unwrap_or_else(|_| env!("CARGO_BIN_EXE_dapi").to_string());
         let child = std::process::Command::new(binary)

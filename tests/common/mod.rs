@@ -32,6 +32,21 @@ pub async fn start_with(file: Option<&Path>, env: &[(&str, &str)]) -> Service {
     Service { addr, app }
 }
 
+/// A free loopback port for a process the test starts (PostgreSQL, `dapi serve`), outside
+/// the kernel's ephemeral range: the tests' own client connections take their local ports
+/// from that range, and one of them could hold a port picked there before the process binds
+/// it (a test cluster failed to start so in CI).
+pub fn unclaimed_port() -> u16 {
+    use rand::Rng;
+    let mut rng = rand::thread_rng();
+    loop {
+        let port = rng.gen_range(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// A response: status, lower-cased headers, body.
 #[derive(Debug)]
 pub struct Reply {

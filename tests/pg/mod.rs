@@ -48,20 +48,6 @@ pub fn start(test: &str) -> Option<Postgres> {
     Some(Postgres::start_in(bin))
 }
 
-/// A free loopback port outside the kernel's ephemeral range. The tests' own client
-/// connections take their local ports from that range, and one of them holding the port
-/// PostgreSQL is about to bind made a cluster fail to start in CI.
-fn free_port() -> u16 {
-    use rand::Rng;
-    let mut rng = rand::thread_rng();
-    loop {
-        let port = rng.gen_range(20_000..32_000);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
-
 /// How many fresh ports a cluster tries before its start is a failure.
 const START_ATTEMPTS: usize = 5;
 
@@ -78,13 +64,13 @@ impl Postgres {
             let ok = Command::new("chown").arg("-R").arg("postgres").arg(&dir).status().map(|s| s.success());
             assert!(matches!(ok, Ok(true)), "chown {} to postgres", dir.display());
         }
-        let mut pg = Postgres { port: free_port(), dir, bin, run_as };
+        let mut pg = Postgres { port: crate::common::unclaimed_port(), dir, bin, run_as };
         pg.run("initdb", &["-D", &pg.data(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
         let mut failures = Vec::new();
         while let Err(why) = pg.try_start_server() {
             failures.push(why);
             assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start:\n{}", failures.join("\n"));
-            pg.port = free_port();
+            pg.port = crate::common::unclaimed_port();
         }
         pg
     }
