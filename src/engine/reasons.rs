@@ -281,7 +281,7 @@ pub fn write_json_str(out: &mut Vec<u8>, s: &str) {
 enum Key {
     /// A server's canonical index in the key table.
     Server(u32),
-    Text(String),
+    Text(Box<str>),
 }
 
 #[derive(Debug, Clone)]
@@ -289,7 +289,7 @@ struct Entry {
     key: Key,
     msg: Msg,
     /// The message as text, made when first read as a `&str`.
-    text: OnceCell<String>,
+    text: OnceCell<Box<str>>,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -333,12 +333,12 @@ impl Reasons {
                 if let Some(c) = self.keys.as_ref().and_then(|t| t.find(&text)) {
                     return self.set_server(c, msg);
                 }
-                match self.entries.iter_mut().find(|e| matches!(&e.key, Key::Text(t) if *t == text)) {
+                match self.entries.iter_mut().find(|e| matches!(&e.key, Key::Text(t) if **t == *text)) {
                     Some(e) => {
                         e.msg = msg;
                         e.text = OnceCell::new();
                     }
-                    None => self.entries.push(Entry { key: Key::Text(text), msg, text: OnceCell::new() }),
+                    None => self.entries.push(Entry { key: Key::Text(text.into()), msg, text: OnceCell::new() }),
                 }
             }
         }
@@ -381,7 +381,7 @@ impl Reasons {
         if let Some(keys) = self.keys.take() {
             for e in &mut self.entries {
                 if let Key::Server(c) = e.key {
-                    e.key = Key::Text(keys.key(c as usize).to_string());
+                    e.key = Key::Text(keys.key(c as usize).into());
                 }
             }
         }
@@ -419,7 +419,7 @@ impl Reasons {
                 i => Some(&self.entries[i as usize]),
             };
         }
-        self.entries.iter().find(|e| matches!(&e.key, Key::Text(t) if t == key))
+        self.entries.iter().find(|e| matches!(&e.key, Key::Text(t) if &**t == key))
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
@@ -474,7 +474,7 @@ impl Reasons {
         for e in &other.entries {
             match e.key {
                 Key::Server(c) => self.set_server(c, e.msg.clone()),
-                Key::Text(ref t) => self.set(t.as_str(), e.msg.clone()),
+                Key::Text(ref t) => self.set(&**t, e.msg.clone()),
             }
         }
     }
@@ -504,7 +504,7 @@ impl Reasons {
 
 impl Entry {
     fn text(&self) -> &str {
-        self.text.get_or_init(|| self.msg.render())
+        self.text.get_or_init(|| self.msg.render().into())
     }
 }
 
@@ -533,6 +533,12 @@ impl Serialize for Reasons {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reason per server and plugin: at 5,000 servers a step's entries take 0.3 MB.
+    #[test]
+    fn an_entry_takes_fifty_six_bytes() {
+        assert_eq!(std::mem::size_of::<Entry>(), 56);
+    }
     use crate::model::from_test_json;
     use serde_json::json;
 

@@ -154,8 +154,8 @@ impl SmallNum {
     }
 
     /// The number as an integer, `None` when absent.
-    fn whole(self) -> Option<u128> {
-        (self != SmallNum::ABSENT).then_some(u128::from(self.0))
+    fn whole(self) -> Option<u64> {
+        (self != SmallNum::ABSENT).then_some(u64::from(self.0))
     }
 
     /// The number, NaN when absent.
@@ -518,12 +518,13 @@ pub struct VmSummary {
     pub first_uncapped: Option<u32>,
     /// Whether some VM is uncapped (after which the CPU count restarts from nothing), and
     /// the sum of the caps of the VMs after the last such one that are not `failed`; `None`
-    /// when one of those caps is not a whole number ≥ 0 below 2^53.
+    /// when one of those caps is not a whole number ≥ 0 below 2^53 or the sum passes
+    /// `u64` (then the VMs are taken one by one, as without a summary).
     pub reset: bool,
-    pub cap_sum: Option<u128>,
-    /// Promised RAM of the VMs that are not `failed`: HVM ones, the others; `None` when one
-    /// is not a whole number ≥ 0 below 2^53.
-    pub ram_sums: Option<(u128, u128)>,
+    pub cap_sum: Option<u64>,
+    /// Promised RAM of the VMs that are not `failed`: HVM ones, the others; `None` as for
+    /// `cap_sum`.
+    pub ram_sums: Option<(u64, u64)>,
     /// A 256-bit filter of the VMs' string `owner_uuid`s ([`owner_bits`]): a VM of owner
     /// `o` can only be here if both of `o`'s bits are set.
     pub owners: [u64; 4],
@@ -540,11 +541,11 @@ pub fn owner_bits(owner: &str) -> (u8, u8) {
     (nib(0) << 4 | (nib(1) & 0x0f), nib(2) << 4 | (nib(3) & 0x0f))
 }
 
-/// A whole number ≥ 0 below 2^53, as an integer (through `u64`: without SSE4.1, `fract`
-/// and a float-to-`u128` conversion are library calls, and this runs for every VM read).
-fn whole(n: f64) -> Option<u128> {
+/// A whole number ≥ 0 below 2^53, as an integer (without SSE4.1, `fract` is a library
+/// call, and this runs for every VM read).
+fn whole(n: f64) -> Option<u64> {
     let int = n as u64;
-    ((0.0..9_007_199_254_740_992.0).contains(&n) && int as f64 == n).then_some(u128::from(int))
+    ((0.0..9_007_199_254_740_992.0).contains(&n) && int as f64 == n).then_some(int)
 }
 
 impl VmSummary {
@@ -577,7 +578,7 @@ impl VmSummary {
             Some(cap) => {
                 s.first_capped.get_or_insert(i);
                 if !load.failed {
-                    s.cap_sum = s.cap_sum.zip(cap).map(|(sum, c)| sum + c);
+                    s.cap_sum = s.cap_sum.zip(cap).and_then(|(sum, c)| sum.checked_add(c));
                 }
             }
             None => {
@@ -587,10 +588,10 @@ impl VmSummary {
             }
         }
         if !load.failed {
-            s.ram_sums = s
-                .ram_sums
-                .zip(ram)
-                .map(|((hvm, other), ram)| if load.hvm { (hvm + ram, other) } else { (hvm, other + ram) });
+            s.ram_sums = s.ram_sums.zip(ram).and_then(|((hvm, other), ram)| match load.hvm {
+                true => Some((hvm.checked_add(ram)?, other)),
+                false => Some((hvm, other.checked_add(ram)?)),
+            });
         }
         if let Some(owner) = owner {
             let (x, y) = owner_bits(owner);
@@ -717,6 +718,27 @@ mod tests {
             quota_gib: 10.0,
             cpu_cap_pct: f64::NAN,
         }
+    }
+
+    /// Sums past `u64` leave the summary without them (the VMs are then taken one by one):
+    /// 2,049 VMs of 2^53 − 1 MiB each.
+    #[test]
+    fn sums_past_u64_are_left_to_the_vms() {
+        let map_of = |count: usize| {
+            let vm = |i: usize| {
+                format!(
+                    r#""{i}": {{"owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853", "state": "running", "max_physical_memory": 9007199254740991, "cpu_cap": 9007199254740991}}"#
+                )
+            };
+            let text = format!("{{{}}}", (0..count).map(vm).collect::<Vec<_>>().join(","));
+            serde_json::from_str::<VmMap>(&text).map(|m| m.summary().clone()).expect("VM map")
+        };
+        let two = map_of(2);
+        assert_eq!(two.ram_sums, Some((0, 2 * 9_007_199_254_740_991)));
+        assert_eq!(two.cap_sum, Some(2 * 9_007_199_254_740_991));
+        let many = map_of(2_049);
+        assert_eq!((many.ram_sums, many.cap_sum), (None, None));
+        assert_eq!(std::mem::size_of::<VmSummary>(), 96);
     }
 
     #[test]

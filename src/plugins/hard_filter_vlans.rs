@@ -14,8 +14,6 @@
 //! The original names the group's last tag where it means the last offline one (and crashes
 //! when they differ); this names the last offline tag, which agrees wherever it did not crash.
 
-use indexmap::IndexMap;
-
 use crate::engine::{keep_passing, Data, Declaration, Kind, Plugin, PluginError, Reasons, Request, ServerId, Verdict};
 use crate::js::Js;
 use crate::model::Shape;
@@ -158,7 +156,7 @@ fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>], keys: &[Vec
 /// The NICs of an interface map, in sysinfo order (none when it is not an object, and a NIC
 /// that is not an object has no fields).
 fn entries<T: crate::model::EmptyValue>(
-    map: &Shape<IndexMap<Box<str>, Shape<T>>>,
+    map: &Shape<crate::model::NicMap<T>>,
 ) -> impl Iterator<Item = (&str, &T)> + Clone {
     map.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
 }

@@ -135,14 +135,14 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     c: &mut Cursor<'_>,
     index: fn(&str) -> Option<usize>,
     field: fn(&mut T, usize, &mut Cursor<'_>) -> Option<()>,
-) -> Option<Shape<IndexMap<Box<str>, Shape<T>>>> {
+) -> Option<Shape<crate::model::NicMap<T>>> {
     if c.peek() != Some(b'{') {
-        return c.value::<Shape<IndexMap<Box<str>, Shape<T>>>>().ok().map(|(v, _)| v);
+        return c.value::<Shape<crate::model::NicMap<T>>>().ok().map(|(v, _)| v);
     }
     c.eat(b'{');
     let mut map = IndexMap::default();
     if c.eat(b'}') {
-        return Some(Shape::Obj(map));
+        return Some(Shape::Obj(Box::new(map)));
     }
     loop {
         let name = c.key()?;
@@ -156,7 +156,7 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
         };
         map.insert(Box::from(name), nic);
         if c.eat(b'}') {
-            return Some(Shape::Obj(map));
+            return Some(Shape::Obj(Box::new(map)));
         }
         if !c.eat(b',') {
             return None;

@@ -143,8 +143,9 @@ pub fn unreserved(req: &Request<'_>, id: ServerId) -> Unreserved {
     // The inline VMs in one go when their sums give exactly what the steps would.
     let summary = server.vm_summary();
     let start = if summary.reset { 0.0 } else { cpu };
-    let cpu_sum = summary.cap_sum.and_then(|sum| exact_subtract(start, &[(sum, rc)]));
-    let ram_sum = summary.ram_sums.and_then(|(hvm, other)| exact_subtract(ram, &[(hvm, 1.0), (other, rr)]));
+    let cpu_sum = summary.cap_sum.and_then(|sum| exact_subtract(start, &[(sum.into(), rc)]));
+    let ram_sum =
+        summary.ram_sums.and_then(|(hvm, other)| exact_subtract(ram, &[(hvm.into(), 1.0), (other.into(), rr)]));
     let inline = match (cpu_sum, ram_sum) {
         (Some(c), Some(r)) => {
             (cpu, ram) = (c, r);
