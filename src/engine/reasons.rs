@@ -533,14 +533,14 @@ impl Serialize for Reasons {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::from_test_json;
+    use serde_json::json;
 
     /// A reason per server and plugin: at 5,000 servers a step's entries take 0.3 MB.
     #[test]
     fn an_entry_takes_fifty_six_bytes() {
         assert_eq!(std::mem::size_of::<Entry>(), 56);
     }
-    use crate::model::from_test_json;
-    use serde_json::json;
 
     fn table(uuids: &[&str]) -> Arc<KeyTable> {
         let servers: Vec<Server> =
