@@ -158,7 +158,7 @@ fn check_server(req: &Request<'_>, id: ServerId, groups: &[Vec<Js>], keys: &[Vec
 fn entries<T: crate::model::EmptyValue>(
     map: &Shape<crate::model::NicMap<T>>,
 ) -> impl Iterator<Item = (&str, &T)> + Clone {
-    map.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (&**k, v.obj_or_empty())))
+    map.as_obj().into_iter().flat_map(|m| m.iter().map(|(k, v)| (k, v.obj_or_empty())))
 }
 
 #[cfg(test)]

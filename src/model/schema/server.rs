@@ -176,7 +176,7 @@ fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
     match schema::shape(&si.network_interfaces, true) {
         Err(reason) => return Some(property("sysinfo.Network Interfaces", &reason)),
         Ok(Some(nics)) => {
-            if let Some(msg) = first_in_js_order(nics, validate_nic) {
+            if let Some(msg) = first_of_entries_in_js_order(nics.iter(), validate_nic) {
                 return Some(msg);
             }
         }
