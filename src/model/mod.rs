@@ -298,14 +298,6 @@ impl<T> NicMap<T> {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Shape<T>)> + Clone {
         self.0.iter().map(|(k, v)| (&**k, v))
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for NicMap<T> {
