@@ -684,7 +684,7 @@ async fn a_replica_killed_mid_load_and_mid_allocations_loses_nothing_committed()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_database_restart_gives_503s_then_recovers() {
-    let Some(pg) = pg::start("inventory restart") else { return };
+    let Some(mut pg) = pg::start("inventory restart") else { return };
     let url = pg.database("restart");
     let a = replica(None, &url, &[("DAPI_INVENTORY__STALENESS_MS", "300")]).await;
     let servers: Vec<Value> = (0..3).map(|n| server(&uuid(1, n))).collect();

@@ -269,30 +269,21 @@ pub struct NicMap<T>(Box<[(Box<str>, Shape<T>)]>);
 
 impl<T> NicMap<T> {
     /// From pairs in insertion order; a repeated name keeps its first position and takes
-    /// the last value, as `JSON.parse` reads a repeated key.
+    /// the last value, as `JSON.parse` reads a repeated key (and `IndexMap::insert` does).
     pub fn from_pairs(pairs: Vec<(Box<str>, Shape<T>)>) -> NicMap<T> {
-        // Where each name first stands (a handful of NICs are compared directly; many, which
-        // only a hostile body has, through a hash map).
-        let firsts: Vec<usize> = if pairs.len() <= 16 {
-            (0..pairs.len()).map(|i| pairs[..i].iter().position(|(k, _)| *k == pairs[i].0).unwrap_or(i)).collect()
+        // A handful of NICs are compared directly; many (only a hostile body has them)
+        // through a hash set, so that reading stays linear.
+        let repeated = if pairs.len() <= 16 {
+            (1..pairs.len()).any(|i| pairs[..i].iter().any(|(k, _)| *k == pairs[i].0))
         } else {
-            let mut seen = std::collections::HashMap::with_capacity(pairs.len());
-            pairs.iter().enumerate().map(|(i, (k, _))| *seen.entry(&**k).or_insert(i)).collect()
+            let mut seen = std::collections::HashSet::with_capacity(pairs.len());
+            !pairs.iter().all(|(k, _)| seen.insert(&**k))
         };
-        if firsts.iter().enumerate().all(|(i, &first)| i == first) {
+        if !repeated {
             return NicMap(pairs.into_boxed_slice());
         }
-        let mut kept: Vec<(Box<str>, Shape<T>)> = Vec::with_capacity(pairs.len());
-        let mut kept_at = vec![0; pairs.len()];
-        for (i, (pair, first)) in pairs.into_iter().zip(firsts).enumerate() {
-            if first == i {
-                kept_at[i] = kept.len();
-                kept.push(pair);
-            } else {
-                kept[kept_at[first]].1 = pair.1;
-            }
-        }
-        NicMap(kept.into_boxed_slice())
+        let map: indexmap::IndexMap<Box<str>, Shape<T>> = pairs.into_iter().collect();
+        NicMap(map.into_iter().collect())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Shape<T>)> + Clone {

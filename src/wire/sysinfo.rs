@@ -6,7 +6,7 @@
 //! serde (its NIC maps most of it): in a 50-server request, 9% of the service's CPU.
 
 use super::cursor::Cursor;
-use crate::model::{Nic, Shape, Sysinfo, VirtualNic};
+use crate::model::{Nic, NicMap, Shape, Sysinfo, VirtualNic};
 
 /// The sysinfo fields read, as named on the wire (the model's serde names, in its order):
 /// what the index functions below must agree with.
@@ -133,14 +133,14 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     c: &mut Cursor<'_>,
     index: fn(&str) -> Option<usize>,
     field: fn(&mut T, usize, &mut Cursor<'_>) -> Option<()>,
-) -> Option<Shape<crate::model::NicMap<T>>> {
+) -> Option<Shape<NicMap<T>>> {
     if c.peek() != Some(b'{') {
-        return c.value::<Shape<crate::model::NicMap<T>>>().ok().map(|(v, _)| v);
+        return c.value::<Shape<NicMap<T>>>().ok().map(|(v, _)| v);
     }
     c.eat(b'{');
     let mut pairs = Vec::new();
     if c.eat(b'}') {
-        return Some(Shape::Obj(crate::model::NicMap::from_pairs(pairs)));
+        return Some(Shape::Obj(NicMap::from_pairs(pairs)));
     }
     loop {
         let name = c.key()?;
@@ -154,7 +154,7 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
         };
         pairs.push((Box::from(name), nic));
         if c.eat(b'}') {
-            return Some(Shape::Obj(crate::model::NicMap::from_pairs(pairs)));
+            return Some(Shape::Obj(NicMap::from_pairs(pairs)));
         }
         if !c.eat(b',') {
             return None;

@@ -66,12 +66,7 @@ impl Postgres {
         }
         let mut pg = Postgres { port: crate::common::unclaimed_port(), dir, bin, run_as };
         pg.run("initdb", &["-D", &pg.data(), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"]);
-        let mut failures = Vec::new();
-        while let Err(why) = pg.try_start_server() {
-            failures.push(why);
-            assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start:\n{}", failures.join("\n"));
-            pg.port = crate::common::unclaimed_port();
-        }
+        pg.start_on(|pg| pg.port = crate::common::unclaimed_port());
         pg
     }
 
@@ -108,12 +103,18 @@ impl Postgres {
 
     /// Starts the server again on its port (after `stop_server`); a few tries, since the
     /// port is free again only once the old postmaster has let it go.
-    pub fn start_server(&self) {
+    pub fn start_server(&mut self) {
+        self.start_on(|_| std::thread::sleep(std::time::Duration::from_millis(500)));
+    }
+
+    /// Starts the server, calling `before_retry` after each failed try (up to
+    /// [`START_ATTEMPTS`]); panics with every try's failure.
+    fn start_on(&mut self, before_retry: impl Fn(&mut Postgres)) {
         let mut failures = Vec::new();
         while let Err(why) = self.try_start_server() {
             failures.push(why);
-            assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start again:\n{}", failures.join("\n"));
-            std::thread::sleep(std::time::Duration::from_millis(500));
+            assert!(failures.len() < START_ATTEMPTS, "PostgreSQL did not start:\n{}", failures.join("\n"));
+            before_retry(self);
         }
     }
 
@@ -138,7 +139,13 @@ impl Postgres {
     }
 
     pub fn stop_server(&self) {
-        self.run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+        if let Err(why) = self.try_stop_server() {
+            panic!("{why}");
+        }
+    }
+
+    fn try_stop_server(&self) -> Result<(), String> {
+        self.try_run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"])
     }
 
     /// A URL to a fresh database of its own.
@@ -183,7 +190,7 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         // Quietly: a cluster that never started has nothing to stop.
-        let _ = self.try_run("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"]);
+        let _ = self.try_stop_server();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
