@@ -284,7 +284,7 @@ fn kinds_differ_in_what_per_server_plugins_read() {
 }
 
 #[test]
-fn another_owner_runs_the_rest_again_and_the_first_reuses_it_again() {
+fn another_owner_runs_the_rest_again_and_the_first_finds_its_own_kept() {
     let engine = common::engine_with(None, json!({"weight_uniform_random": 0, "weight_num_owner_zones": 1}));
     let base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
     let mut other = base.clone();
@@ -315,7 +315,76 @@ fn another_owner_runs_the_rest_again_and_the_first_reuses_it_again() {
     assert_eq!(run(0, nothing), 1, "the same owner: the rest reused");
     assert_eq!(run(1, nothing), 1, "another owner: the rest run");
     assert_eq!(run(1, nothing), 2, "that owner again: reused");
-    assert_eq!(run(0, nothing), 2, "the first owner: the rest run");
-    assert_eq!(run(0, nothing), 3);
-    assert_eq!(recurring.reused(), 5, "the per-server part reused throughout");
+    assert_eq!(run(0, nothing), 3, "the first owner back: its own last run reused");
+    assert_eq!(run(1, nothing), 4, "and the other's");
+    // A server changed while an owner was away: its last run is checked against it.
+    let lightest = bodies[0].servers.len() - 1;
+    assert_eq!(run(0, Changed::Servers { changed: &[lightest], facts: &[] }), 5);
+    assert_eq!(run(1, nothing), 6, "the change was seen and still changes nothing");
+    assert_eq!(recurring.reused(), 7, "the per-server part reused throughout");
+}
+
+#[test]
+fn a_server_fed_anew_is_scored_anew_by_every_owner() {
+    // Every reboot scheduled alike, then one server's put off: the next-reboot scorer
+    // (list-only, reading the servers' facts) now favours that one. Neither the current
+    // owner's last run nor another owner's, kept aside, may be reused past that change.
+    let engine = common::engine_with(None, json!({"weight_uniform_random": 0, "weight_next_reboot": 10}));
+    let mut base: Value = serde_json::from_slice(&input::body(20, 4)).expect("bench body");
+    let owner = base["vm"]["owner_uuid"].clone();
+    let servers = base["servers"].as_array_mut().expect("servers");
+    for server in servers.iter_mut() {
+        server["next_reboot"] = json!("2099-01-01T00:00:00.000Z");
+    }
+    let other_owner = servers
+        .iter()
+        .filter_map(|server| server["vms"].as_object())
+        .flat_map(|vms| vms.values())
+        .map(|vm| vm["owner_uuid"].clone())
+        .find(|other| *other != owner)
+        .expect("another owner's VM");
+    let before = serde_json::to_vec(&base).expect("json");
+    let before_body = parse(&before);
+    let first = engine.allocate_on(held_of(&before_body), &before_body, false).expect("full run").chosen;
+    // A server that wins once its reboot is no longer scheduled.
+    let fed = (0..20)
+        .map(|id| {
+            let mut after = base.clone();
+            after["servers"][id]["next_reboot"] = Value::Null;
+            (id, after)
+        })
+        .find(|(id, after)| {
+            let text = serde_json::to_vec(after).expect("json");
+            let body = parse(&text);
+            *id != first.unwrap_or(usize::MAX)
+                && engine.allocate_on(held_of(&body), &body, false).expect("full run").chosen == Some(*id)
+        });
+    let (fed, after) = fed.expect("a server the scorer turns the choice to");
+    let mut other = after.clone();
+    other["vm"]["owner_uuid"] = other_owner;
+    let mut other_before = base.clone();
+    other_before["vm"]["owner_uuid"] = other["vm"]["owner_uuid"].clone();
+    let texts = [
+        serde_json::to_vec(&other_before).expect("json"),
+        serde_json::to_vec(&after).expect("json"),
+        serde_json::to_vec(&other).expect("json"),
+    ];
+    let (other_before, after, other) = (parse(&texts[0]), parse(&texts[1]), parse(&texts[2]));
+
+    let mut recurring = Recurring::new();
+    let nothing = Changed::Servers { changed: &[], facts: &[] };
+    let mut run = |body: &AllocateBody<'_>, which: Changed<'_>| {
+        let full = engine.allocate_on(held_of(body), body, false).expect("full run");
+        let again = recurring.allocate(&engine, held_of(body), body, which).expect("run");
+        assert_eq!((again.chosen, counts(&again, body)), (full.chosen, counts(&full, body)));
+        let chosen = again.chosen;
+        recurring.recycle(again);
+        (chosen, recurring.reused_rest())
+    };
+    // Both owners' runs kept, the first's twice (so its last run is reused).
+    run(&other_before, Changed::All);
+    run(&before_body, nothing);
+    assert_eq!(run(&before_body, nothing), (first, 1));
+    assert_eq!(run(&after, Changed::Servers { changed: &[fed], facts: &[fed] }).0, Some(fed));
+    assert_eq!(run(&other, nothing).0, Some(fed), "the other owner's kept run, after the change");
 }

@@ -7,7 +7,9 @@
 //! each server's outcome of that part (removed by which plugin, or the state written for
 //! it) and runs it again only for the servers the caller says changed. The rest of the
 //! chain runs as in a full run, over the servers kept, with the same states: the decision
-//! is the one [`Engine::allocate_on`] makes, and so are the steps' counts.
+//! is the one [`Engine::allocate_on`] makes, and so are the steps' counts. What the rest
+//! keeps to be run cheaper next time (its last run, sorted orders, list-only increments) is
+//! kept per VM owner, which it reads: a caller's owners in turn each find their own.
 //!
 //! Only answers that give the steps' counts are made this way: per-server steps' reasons
 //! are not kept (some name the VM, which differs from request to request), and the rest's
@@ -168,29 +170,76 @@ pub struct Recurring {
     /// Whether the last allocation returned was made here (its states and steps are ours
     /// to take back).
     lent: bool,
-    /// The sorted orders the rest of the chain kept, handed from one allocation to the next.
-    orders: Vec<KeptOrder>,
-    /// The servers the per-server part kept in the last allocation, in order.
-    survivors: Vec<ServerId>,
-    /// What the rest of the chain did in its last run, while it still holds.
-    last: Option<LastRest>,
-    /// Per element of the rest of the chain, a list-only scorer's last increments.
-    increments: Vec<Option<Increments>>,
+    /// What the rest of the chain kept from its runs for the current owner's VMs.
+    rest: RestMemo,
     /// Allocations whose per-server part ran for some servers only.
     reused: usize,
     /// Allocations that did not run the rest of the chain either.
     reused_rest: usize,
     /// The last allocation's VM owner (the rest of the chain reads it, the key leaves it
-    /// out): what the rest kept, and the owner's VM counts the states keep, are that
-    /// owner's.
+    /// out): `rest`, and the owner's VM counts the states keep, are that owner's.
     owner: Js,
-    /// Other owners' VM counts on each server, from their last allocations here (the most
-    /// recent last): an owner back is counted again only on the servers changed since.
-    owner_counts: Vec<(Js, Vec<CountOnce>)>,
+    /// Other owners' memos from their last allocations here (the most recent last): an
+    /// owner back is counted again only on the servers changed since, and the rest of the
+    /// chain starts from what it kept for that owner.
+    others: Vec<OwnerMemo>,
 }
 
-/// How many owners' counts [`Recurring`] keeps besides the current one's (20 KB each at
-/// 5,000 servers).
+/// What the rest of the chain kept from its runs for one owner's VMs (it reads the owner:
+/// its soft filters pass each owner a list of its own, which the next run of that owner's
+/// VMs finds nearly unchanged).
+#[derive(Default)]
+struct RestMemo {
+    /// The sorted orders it kept, handed from one run to the next.
+    orders: Vec<KeptOrder>,
+    /// The servers the per-server part kept in the last run, in order.
+    survivors: Vec<ServerId>,
+    /// What it did in its last run, while it still holds.
+    last: Option<LastRest>,
+    /// Per element of the rest of the chain, a list-only scorer's last increments.
+    increments: Vec<Option<Increments>>,
+    /// For a memo set aside, the servers changed since its last run (which a check that
+    /// the run would do as it did must look at), while `last` is kept.
+    changed_since: Vec<ServerId>,
+}
+
+impl RestMemo {
+    /// Forgets what a change of the servers' facts may undo: the list-only scorers' increments
+    /// (they read facts), and the last run, whose check takes those scorers as unchanged.
+    fn forget_facts(&mut self) {
+        self.increments.clear();
+        self.last = None;
+        self.changed_since.clear();
+    }
+
+    /// Notes that the `changed` servers changed while this memo was set aside; past
+    /// [`CHANGED_SINCE_KEPT`] of them, its last run is forgotten (the check would cost more
+    /// than it saves).
+    fn note_changed(&mut self, changed: &[ServerId]) {
+        if self.last.is_none() || changed.is_empty() {
+            return;
+        }
+        self.changed_since.extend_from_slice(changed);
+        if self.changed_since.len() > CHANGED_SINCE_KEPT {
+            self.last = None;
+            self.changed_since = Vec::new();
+        }
+    }
+}
+
+/// Another owner's memo, set aside until its next allocation here.
+struct OwnerMemo {
+    owner: Js,
+    /// Its VM counts on each server (empty when the states were lent when it was set aside).
+    counts: Vec<CountOnce>,
+    rest: RestMemo,
+}
+
+/// How many servers changed since a memo was set aside it tracks before forgetting its
+/// last run.
+const CHANGED_SINCE_KEPT: usize = 64;
+
+/// How many owners' memos [`Recurring`] keeps besides the current one's.
 const OWNERS_KEPT: usize = 8;
 
 /// The rest of the chain's last run on the same survivors: the steps it recorded (each
@@ -222,25 +271,19 @@ impl Recurring {
         self.reused_rest
     }
 
-    /// Forgets the rest of the chain's last run, which another owner's VM may not repeat
-    /// (its soft filters read the owner). The sorted orders and list-only increments stay:
-    /// each is checked against the list it is given before it is used, and neither reads
-    /// the owner.
-    fn forget_last_rest(&mut self) {
-        self.last = None;
-        self.survivors.clear();
-    }
-
-    /// Puts the owner's VM counts in the servers' states (`n` of them) aside and takes
-    /// `owner`'s back, where they still hold, from its last allocation here.
+    /// Sets the current owner's counts (in the servers' states, `n` of them) and rest memo
+    /// aside and takes `owner`'s back, where still kept.
     fn change_owner(&mut self, owner: &Js, n: usize) {
-        if self.states.len() == n {
-            let counts = self.states.iter().map(|state| state.owner_vms.clone()).collect();
-            if self.owner_counts.len() == OWNERS_KEPT {
-                self.owner_counts.remove(0);
-            }
-            self.owner_counts.push((std::mem::take(&mut self.owner), counts));
+        let counts = if self.states.len() == n {
+            self.states.iter().map(|state| state.owner_vms.clone()).collect()
+        } else {
+            Vec::new()
+        };
+        if self.others.len() == OWNERS_KEPT {
+            self.others.remove(0);
         }
+        let rest = std::mem::take(&mut self.rest);
+        self.others.push(OwnerMemo { owner: std::mem::take(&mut self.owner), counts, rest });
         for state in &mut self.states {
             state.forget_owner_vms();
         }
@@ -249,11 +292,14 @@ impl Recurring {
                 state.forget_owner_vms();
             }
         }
-        if let Some(at) = self.owner_counts.iter().position(|(kept, _)| kept == owner) {
-            let (_, counts) = self.owner_counts.remove(at);
-            for (state, count) in self.states.iter_mut().zip(counts) {
-                state.owner_vms = count;
+        if let Some(at) = self.others.iter().position(|memo| memo.owner == *owner) {
+            let memo = self.others.remove(at);
+            if memo.counts.len() == n {
+                for (state, count) in self.states.iter_mut().zip(memo.counts) {
+                    state.owner_vms = count;
+                }
             }
+            self.rest = memo.rest;
         }
         self.owner = owner.clone();
     }
@@ -269,7 +315,7 @@ impl Recurring {
             self.states = allocation.state;
             self.steps = allocation.steps;
             let rest = self.steps.split_off(per_server);
-            if let Some(last) = self.last.as_mut().filter(|last| !last.complete) {
+            if let Some(last) = self.rest.last.as_mut().filter(|last| !last.complete) {
                 (last.steps, last.complete) = (rest, true);
             }
         }
@@ -303,7 +349,8 @@ impl Recurring {
                 }
                 if !facts.is_empty() {
                     // Rare (a server fed again): the scorers that read facts run afresh.
-                    self.increments.clear();
+                    self.rest.forget_facts();
+                    self.others.iter_mut().for_each(|memo| memo.rest.forget_facts());
                 }
             }
             _ => {
@@ -319,8 +366,7 @@ impl Recurring {
         }
         if self.owner != body.vm.owner_uuid {
             // Another owner's VM: the per-server outcomes hold (that part does not read the
-            // owner), the rest of the chain runs again.
-            self.forget_last_rest();
+            // owner), the rest of the chain starts from what it kept for that owner.
             self.change_owner(&body.vm.owner_uuid, n);
         }
         let mut req = engine.request(held, body, std::mem::take(&mut self.states));
@@ -331,12 +377,20 @@ impl Recurring {
         if stale.len() < n {
             self.reused += 1;
         }
-        for (_, counts) in &mut self.owner_counts {
+        for memo in &mut self.others {
             for &id in &stale {
-                if let Some(count) = counts.get_mut(id) {
+                if let Some(count) = memo.counts.get_mut(id) {
                     *count = CountOnce::default();
                 }
             }
+            memo.rest.note_changed(&stale);
+        }
+        // The servers changed since the current owner's rest last ran.
+        let mut changed_for_rest = std::mem::take(&mut self.rest.changed_since);
+        if !changed_for_rest.is_empty() {
+            changed_for_rest.extend_from_slice(&stale);
+            changed_for_rest.sort_unstable();
+            changed_for_rest.dedup();
         }
         for &id in &stale {
             req.set_state(id, ServerState::default());
@@ -406,17 +460,19 @@ impl Recurring {
             None => ((0..n).collect(), None),
         };
         let rest_from = steps.len();
-        req.keep_orders(std::mem::take(&mut self.orders));
+        let rest = &mut self.rest;
+        req.keep_orders(std::mem::take(&mut rest.orders));
 
         // The rest: not run when it would do what it did on the same survivors last time
         // but for the changed servers (the same servers passed on, the same increments,
         // so the same choice with the same score); otherwise run as in a full run.
-        let same_survivors = current == self.survivors;
-        let unchanged = match &self.last {
+        let same_survivors = current == rest.survivors;
+        let changed_for_rest = if changed_for_rest.is_empty() { &stale } else { &changed_for_rest };
+        let unchanged = match &rest.last {
             Some(last) if same_survivors && split.rest_writes_scores_only && last.complete => {
                 let sorts_from = req.kept_orders_next();
                 let mut outputs = last.steps.iter().map(|step| &step.remaining);
-                let same = unchanged_pipe(&split.rest, &mut req, &current, &mut outputs, &stale).is_some();
+                let same = unchanged_pipe(&split.rest, &mut req, &current, &mut outputs, changed_for_rest).is_some();
                 if !same {
                     req.set_kept_orders_next(sorts_from);
                 }
@@ -424,7 +480,7 @@ impl Recurring {
             }
             _ => false,
         };
-        let chosen = match self.last.as_mut().filter(|_| unchanged) {
+        let chosen = match rest.last.as_mut().filter(|_| unchanged) {
             Some(last) => {
                 self.reused_rest += 1;
                 // Lent to the answer, not copied: handed back by `recycle` (until then,
@@ -444,16 +500,16 @@ impl Recurring {
                         _ => {}
                     }
                 }
-                self.survivors.clone_from(&current);
-                self.increments.resize_with(split.rest.len(), || None);
+                rest.survivors.clone_from(&current);
+                rest.increments.resize_with(split.rest.len(), || None);
                 // The last run's lists are replaced by this run's: their buffers hold them.
-                let mut spare: Vec<Vec<ServerId>> = self
+                let mut spare: Vec<Vec<ServerId>> = rest
                     .last
                     .take()
                     .map(|last| last.steps.into_iter().map(|step| step.remaining).collect())
                     .unwrap_or_default();
                 let mut output = (current, source);
-                for (item, increments) in split.rest.iter().zip(&mut self.increments) {
+                for (item, increments) in split.rest.iter().zip(&mut rest.increments) {
                     if output.0.is_empty() {
                         break;
                     }
@@ -472,7 +528,7 @@ impl Recurring {
                 }
                 let chosen = select(&output.0, req.states());
                 debug_assert_eq!(rest_from, split.per_server.len(), "the rest's steps follow the per-server part's");
-                self.last = chosen.map(|chosen| LastRest {
+                rest.last = chosen.map(|chosen| LastRest {
                     steps: Vec::new(),
                     complete: false,
                     chosen,
@@ -481,7 +537,7 @@ impl Recurring {
                 chosen
             }
         };
-        self.orders = req.take_orders();
+        rest.orders = req.take_orders();
         let (state, notes) = req.finish();
         let allocation = Allocation { chosen, steps, state, notes };
         if chosen.is_none() {
