@@ -318,8 +318,8 @@ fn another_owner_runs_the_rest_again_and_the_first_finds_its_own_kept() {
     assert_eq!(run(0, nothing), 3, "the first owner back: its own last run reused");
     assert_eq!(run(1, nothing), 4, "and the other's");
     // A server changed while an owner was away: its last run is checked against it.
-    let lightest = bodies[0].servers.len() - 1;
-    assert_eq!(run(0, Changed::Servers { changed: &[lightest], facts: &[] }), 5);
+    let last_server = bodies[0].servers.len() - 1;
+    assert_eq!(run(0, Changed::Servers { changed: &[last_server], facts: &[] }), 5);
     assert_eq!(run(1, nothing), 6, "the change was seen and still changes nothing");
     assert_eq!(recurring.reused(), 7, "the per-server part reused throughout");
 }
