@@ -37,9 +37,27 @@ fn counts(allocation: &Allocation, body: &AllocateBody<'_>) -> String {
 
 /// What changes between two allocations besides the claim on the chosen server, every
 /// third round in turn: a server stops running; it runs again; a VM
-/// appears on one; a server boots a newer platform, and its reboot is put off.
-fn change(round: usize, servers: &mut [Value]) -> Option<ServerId> {
+/// appears on one; a server boots a newer platform, and its reboot is put off. In rounds
+/// 6 and 30 a new server is appended (an empty one, or a copy of one with its VMs).
+fn change(round: usize, servers: &mut Vec<Value>) -> Option<ServerId> {
     let id = (round * 7) % servers.len();
+    if round % 24 == 6 {
+        let mut added = servers[id].clone();
+        added["uuid"] = json!(format!("add0add0-0000-4000-8000-{round:012x}"));
+        added["hostname"] = json!(format!("added-{round}"));
+        if round == 6 {
+            added["vms"] = json!({});
+        } else if let Some(vms) = added["vms"].as_object_mut() {
+            let renamed = std::mem::take(vms).into_iter().enumerate().map(|(i, (_, mut vm))| {
+                let uuid = format!("add0add0-{i:04x}-4000-8000-{round:012x}");
+                vm["uuid"] = json!(uuid);
+                (uuid, vm)
+            });
+            *vms = renamed.collect();
+        }
+        servers.push(added);
+        return Some(servers.len() - 1);
+    }
     match round % 12 {
         2 => servers[id]["status"] = json!("unknown"),
         5 => {

@@ -68,6 +68,8 @@ impl RecurringKey {
 pub enum Changed<'c> {
     /// Any: nothing kept is used.
     All,
+    /// Those listed; servers past the last allocation's (appended since, taking the next
+    /// ids) count as changed whether listed or not.
     Servers {
         /// Their VMs, tickets or facts changed.
         changed: &'c [ServerId],
@@ -333,12 +335,21 @@ impl Recurring {
     ) -> Result<Allocation, PluginError> {
         self.lent = false;
         let n = held.servers.len();
-        let known = self.engine == Some(engine.id) && self.outcomes.len() == n && self.states.len() == n;
+        let known =
+            self.engine == Some(engine.id) && self.outcomes.len() <= n && self.states.len() == self.outcomes.len();
         // The changed servers with how many per-server steps each passed before.
         let mut passed_before: Vec<(ServerId, Option<usize>)> = Vec::new();
         let plugins = self.split.as_ref().map_or(0, |split| split.per_server.len());
         match changed {
             Changed::Servers { changed, facts } if known => {
+                if self.outcomes.len() < n {
+                    // Servers appended: the others keep their ids and outcomes.
+                    self.outcomes.resize(n, Outcome::Stale);
+                    self.states.resize_with(n, ServerState::default);
+                    for memo in self.others.iter_mut().filter(|memo| !memo.counts.is_empty()) {
+                        memo.counts.resize_with(n, CountOnce::default);
+                    }
+                }
                 for &id in changed.iter().chain(facts) {
                     if let Some(outcome) = self.outcomes.get_mut(id) {
                         if !matches!(outcome, Outcome::Stale) {

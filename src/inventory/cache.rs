@@ -104,7 +104,8 @@ pub struct Model {
     index: HashMap<String, usize>,
     /// The generation everything is current to (catch-ups read what is newer).
     generation: AtomicI64,
-    /// Moves when servers are added, deleted or reordered (their ids change).
+    /// Moves when held servers' ids change (servers deleted, reordered or added among
+    /// them); servers appended after every held one take the next ids and leave it.
     layout: u64,
     /// Per server, moves when it is parsed anew (its facts may have changed).
     revisions: Vec<u64>,
@@ -167,7 +168,8 @@ impl Model {
         &self.uuids[id]
     }
 
-    /// Moves whenever a server id may stand for another server than before.
+    /// Moves whenever a server id may stand for another server than before (not when
+    /// servers are appended: ids past the old count are new ones).
     pub fn layout(&self) -> u64 {
         self.layout
     }
@@ -282,7 +284,6 @@ impl Model {
     /// Servers placed after every held one: pushed in position order; the VM index takes
     /// their VMs and the key table is made again (one uuid per server: cheap).
     fn append(&mut self, mut added: Vec<(String, i64, i64, ParsedServer)>) {
-        self.layout += 1;
         added.sort_by_key(|a| a.2);
         self.reserve(added.len());
         for (uuid, generation, position, parsed) in added {

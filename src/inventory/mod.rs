@@ -141,6 +141,9 @@ const UNKNOWN_CATCH_UP_AFTER: Duration = Duration::from_millis(5);
 /// at most this much later (an allocation that finds its server changed still catches up
 /// at once, not through here).
 const CATCH_UP_GAP: Duration = Duration::from_millis(20);
+/// Servers appended since a kind's last allocation that its next one still runs on the
+/// request's task (each is run through the whole chain).
+const APPENDED_INLINE: usize = 16;
 /// Own generations remembered at most (one notified before its commit was seen stays).
 const OWN_REMEMBERED: usize = 65_536;
 
@@ -524,11 +527,14 @@ impl Inventory {
     }
 
     /// Whether a counts allocation of `request` would reuse the work of the last one of its
-    /// kind (kept, the servers laid out as then): a fraction of a millisecond, where
-    /// otherwise every server is run through the chain.
+    /// kind (kept, the servers laid out as then, a few appended at most): a fraction of a
+    /// millisecond, where otherwise every server is run through the chain.
     pub fn recurs(&self, request: &AllocateBody<'_>) -> bool {
-        let layout = self.model().layout();
-        lock(&self.recurrences).iter().any(|r| r.layout == layout && r.key.fits(request))
+        let model = self.model();
+        let (layout, n) = (model.layout(), model.len());
+        lock(&self.recurrences)
+            .iter()
+            .any(|r| r.layout == layout && r.generations.len() + APPENDED_INLINE >= n && r.key.fits(request))
     }
 
     /// Waits for an attempt's claim: `Some(answer)` once it is committed; `None` when
@@ -663,8 +669,9 @@ impl Recurrence {
 
     /// Allocates `request` (of this kind) on `held` (the model with the claims' tickets),
     /// keeping what it found for the next allocation of its kind: the servers changed since
-    /// this kind's last one (their generation moved, or their tickets) are the only ones run
-    /// through the per-server part again; servers added, deleted or reordered start afresh.
+    /// this kind's last one (their generation moved, or their tickets) and those appended
+    /// since are the only ones run through the per-server part again; servers deleted,
+    /// reordered or added among the others start afresh.
     /// `left_out`: the server of the placed VM's own claim, left out of `held`.
     #[allow(clippy::too_many_arguments)]
     fn allocate(
@@ -677,18 +684,22 @@ impl Recurrence {
         left_out: Option<&str>,
     ) -> Result<Allocation, crate::engine::PluginError> {
         let n = model.len();
-        let known = self.layout == model.layout() && self.generations.len() == n && self.revisions.len() == n;
+        // Servers appended since keep the layout: ids from `before` on are new.
+        let before = self.generations.len();
+        let known = self.layout == model.layout() && before <= n && self.revisions.len() == before;
         let changed: Option<Vec<ServerId>> =
             known.then(|| claims.changed_since(self.claim_changes)).flatten().map(|servers| {
                 let left_out_now_or_then = left_out.into_iter().chain(self.left_out.as_deref());
                 let mut ids: Vec<ServerId> =
                     servers.chain(left_out_now_or_then).filter_map(|uuid| model.id_of(uuid)).collect();
-                ids.extend((0..n).filter(|&id| model.generation_of(id) != self.generations[id]));
+                ids.extend((0..before).filter(|&id| model.generation_of(id) != self.generations[id]));
+                ids.extend(before..n);
                 ids
             });
         self.left_out = left_out.map(str::to_string);
         let facts: Vec<ServerId> = if changed.is_some() {
-            (0..n).filter(|&id| model.revision_of(id) != self.revisions[id]).collect()
+            let fed = (0..before).filter(|&id| model.revision_of(id) != self.revisions[id]);
+            fed.chain(before..n).collect()
         } else {
             Vec::new()
         };
