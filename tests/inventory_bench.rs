@@ -189,10 +189,16 @@ impl Served {
             .spawn()
             .expect("dapi serve");
         let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        let mut served = Served { child, addr };
         while tokio::net::TcpStream::connect(addr).await.is_err() {
+            // A replica that stopped (a config it refused: its error is on stderr) would
+            // otherwise be waited for forever.
+            if let Ok(Some(status)) = served.child.try_wait() {
+                panic!("dapi serve exited before listening ({status})");
+            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Served { child, addr }
+        served
     }
 
     fn kib(&self, field: &str) -> u64 {

@@ -316,7 +316,9 @@ fn answer_compression() -> tower_http::compression::CompressionLayer {
 pub async fn serve(listener: TcpListener, app: Arc<AppState>) -> std::io::Result<()> {
     spawn_reload_on_sighup(app.clone());
     crate::wire::pages::tune_allocator(app.inventory().is_some());
-    spawn_memory_release();
+    if app.inventory().is_none() {
+        spawn_memory_release();
+    }
     let router = router(app.clone());
     conn::serve(listener, app, router, shutdown_signal()).await
 }
@@ -339,6 +341,11 @@ async fn shutdown_signal() {
 
 /// Hands freed heap back to the OS every few seconds. Large requests come and go; without
 /// this glibc keeps their pages in its per-thread arenas and the RSS stays at the peak.
+/// Not for a replica: its one arena gives its free top back by itself, and a trim holds
+/// that arena (every allocation of the replica) while it walks the free blocks: at a fixed
+/// 1,000 allocations/s the p99 was 9.7-52.4 ms (median of five runs 11.6) with the trim,
+/// 8.3-17.3 ms (median of four 8.6) without, the RSS after the run the same. A big
+/// stateless request on a replica is still followed by one.
 fn spawn_memory_release() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     tokio::spawn(async {

@@ -96,10 +96,10 @@ impl Spare {
 static SPARE: Spare = Spare::new();
 
 /// Hands the allocator's free pages back to the kernel: after a big request (here, on the
-/// spare-buffer thread, off the request's) and every few seconds (the service). glibc keeps
-/// freed memory in the arena of the thread that allocated it; the next big request, parsed
-/// on other threads, would otherwise take fresh pages beside them (the peak of a burst grew
-/// by a request's worth) and some stay after it.
+/// spare-buffer thread, off the request's) and every few seconds (the stateless service).
+/// glibc keeps freed memory in the arena of the thread that allocated it; the next big
+/// request, parsed on other threads, would otherwise take fresh pages beside them (the peak
+/// of a burst grew by a request's worth) and some stay after it.
 pub fn release_freed_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
