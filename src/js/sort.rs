@@ -140,6 +140,22 @@ pub struct KeptOrder {
     current: bool,
 }
 
+/// Buffers a sort through a [`KeptOrder`] works in, handed from one sort to the next on the
+/// same thread: a replica's allocations sort lists of thousands again and again, and
+/// buffers of as many sizes made and freed each time filled its heap with free blocks for
+/// malloc to walk. Per thread rather than per order: a replica keeps dozens of orders.
+#[derive(Default)]
+struct Spare {
+    keys: Vec<u64>,
+    position: Vec<usize>,
+    placed: Vec<bool>,
+    order: Vec<usize>,
+}
+
+thread_local! {
+    static SPARE: std::cell::Cell<Spare> = std::cell::Cell::new(Spare::default());
+}
+
 impl KeptOrder {
     /// Sorts `ids` (`keys` in its order) by taking the servers whose key changed out of the
     /// kept order and putting each back at its place, when `ids` is the list this order was
@@ -250,14 +266,18 @@ pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, ke
     if was_current && kept.ascending == (weight > 0.0) && kept.resort_moved(ids, keys) {
         return;
     }
-    let bits: Vec<u64> = keys.iter().map(|&k| order_bits(k, weight > 0.0)).collect();
+    let Spare { keys: mut bits, mut position, mut placed, mut order } = SPARE.take();
+    bits.clear();
+    bits.extend(keys.iter().map(|&k| order_bits(k, weight > 0.0)));
     let ids_end = ids.iter().max().map_or(0, |&m| m + 1);
-    let mut position = vec![usize::MAX; ids_end];
+    position.clear();
+    position.resize(ids_end, usize::MAX);
     ids.iter().enumerate().for_each(|(p, &id)| position[id] = p);
     let rank = |id: usize| (bits[position[id]], position[id]);
     // The kept order's servers still here with the same key, in their kept order.
-    let mut placed = vec![false; ids_end];
-    let mut order: Vec<usize> = Vec::with_capacity(ids.len());
+    placed.clear();
+    placed.resize(ids_end, false);
+    order.clear();
     for &id in &kept.order {
         let here = position.get(id).is_some_and(|&p| p != usize::MAX);
         if here && kept.bits.get(id).copied().flatten() == Some(bits[position[id]]) {
@@ -275,18 +295,21 @@ pub fn js_sort_ids_by_scaled(ids: &mut Vec<usize>, keys: &[f64], weight: f64, ke
             }
         }
     } else {
-        order = sorted_positions(&bits).map(|p| ids[p]).collect();
+        order.clear();
+        order.extend(sorted_positions(&bits).map(|p| ids[p]));
     }
     kept.bits.clear();
     kept.bits.resize(ids_end, None);
     ids.iter().zip(&bits).for_each(|(&id, &b)| kept.bits[id] = Some(b));
     kept.place.resize(ids_end, usize::MAX);
     order.iter().enumerate().for_each(|(at, &id)| kept.place[id] = at);
-    kept.position = position;
+    let last_position = std::mem::replace(&mut kept.position, position);
     kept.ascending = weight > 0.0;
     kept.order.clone_from(&order);
     kept.input.clone_from(ids);
-    *ids = order;
+    // The caller's list buffer is kept for the next sort's order.
+    let list = std::mem::replace(ids, order);
+    SPARE.set(Spare { keys: bits, position: last_position, placed, order: list });
 }
 
 /// A finite key as an integer in the same order (`-0` equal to `0`, as `a - b` finds them),
