@@ -817,6 +817,7 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
             request["vm"]["ram"] = json!(mib);
             request["vm"]["max_physical_memory"] = json!(mib);
             request["package"]["max_physical_memory"] = json!(mib);
+            request["seed"] = json!(7);
             request["vm"]["alias"] = json!(format!("vm-{vm}"));
             request["vm"]["tags"] = json!({"role": "web", "n": vm});
             request["vm"]["internal_metadata"] = json!({"seq": vm});
@@ -829,8 +830,21 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
     };
     let (mut placed, mut vm) = (0, 0);
     // Twice through the three kinds in one order, then in another (each kind last seen
-    // one or two allocations back).
-    for order in [[0usize, 1, 2], [0, 1, 2], [2, 0, 1], [1, 1, 0], [2, 2, 1], [0, 2, 1]] {
+    // one or two allocations back); now and then a server added after the others (a kind's
+    // work kept across it, the newcomer run through the chain).
+    for (round, order) in
+        [[0usize, 1, 2], [0, 1, 2], [2, 0, 1], [1, 1, 0], [2, 2, 1], [0, 2, 1]].into_iter().enumerate()
+    {
+        if round % 2 == 1 {
+            let uuid = uuid(1, 100 + round);
+            let mut s = server(&uuid);
+            s["vms"] = json!({});
+            let gib = 320 + 64 * round as u64;
+            s["memory_total_bytes"] = json!(gib << 30);
+            s["memory_available_bytes"] = json!(gib << 30);
+            let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
+            assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+        }
         for kind in order {
             vm += 3 - (vm % 3) + kind;
             // Counts: the recurring path, which claims; full: the whole chain, for the
@@ -838,7 +852,14 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
             let (status, recurring) = place(vm, "counts").await;
             let (full_status, full) = place(vm, "full").await;
             assert_eq!(status, full_status, "VM {vm}: {recurring} {full}");
-            assert_eq!(recurring["server"]["uuid"], full["server"]["uuid"], "VM {vm}");
+            assert_eq!(
+                recurring["server"]["uuid"],
+                full["server"]["uuid"],
+                "VM {vm} round {round} kind {kind}: {:?} {:?} FULL {}",
+                step_counts(&recurring),
+                step_counts(&full),
+                full["steps"]
+            );
             assert_eq!(step_counts(&recurring), step_counts(&full), "VM {vm}");
             placed += usize::from(status == 200);
         }
