@@ -129,16 +129,20 @@ fn uuid(prefix: u32, n: usize) -> String {
     format!("{prefix:08x}-0000-4000-8000-{n:012}")
 }
 
+/// Puts a server without VMs, of `gib` GiB of RAM.
+async fn put_empty_server(addr: std::net::SocketAddr, uuid: &str, gib: u64) {
+    let mut s = server(uuid);
+    s["vms"] = json!({});
+    s["memory_total_bytes"] = json!(gib << 30);
+    s["memory_available_bytes"] = json!(gib << 30);
+    let put = put_json(addr, &format!("/inventory/servers/{uuid}"), &s).await;
+    assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+}
+
 /// Puts servers without VMs, one of each RAM size (GiB), uuids `uuid(1, 1..)`.
 async fn put_empty_servers(addr: std::net::SocketAddr, gibs: &[u64]) {
-    for (i, gib) in gibs.iter().enumerate() {
-        let uuid = uuid(1, i + 1);
-        let mut s = server(&uuid);
-        s["vms"] = json!({});
-        s["memory_total_bytes"] = json!(gib << 30);
-        s["memory_available_bytes"] = json!(gib << 30);
-        let put = put_json(addr, &format!("/inventory/servers/{uuid}"), &s).await;
-        assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+    for (i, &gib) in gibs.iter().enumerate() {
+        put_empty_server(addr, &uuid(1, i + 1), gib).await;
     }
 }
 
@@ -817,6 +821,8 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
             request["vm"]["ram"] = json!(mib);
             request["vm"]["max_physical_memory"] = json!(mib);
             request["package"]["max_physical_memory"] = json!(mib);
+            // Seeded: the default config's random scorer (0.5) would otherwise draw apart
+            // the two runs compared whenever the leading scores come within it.
             request["seed"] = json!(7);
             request["vm"]["alias"] = json!(format!("vm-{vm}"));
             request["vm"]["tags"] = json!({"role": "web", "n": vm});
@@ -836,14 +842,7 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
         [[0usize, 1, 2], [0, 1, 2], [2, 0, 1], [1, 1, 0], [2, 2, 1], [0, 2, 1]].into_iter().enumerate()
     {
         if round % 2 == 1 {
-            let uuid = uuid(1, 100 + round);
-            let mut s = server(&uuid);
-            s["vms"] = json!({});
-            let gib = 320 + 64 * round as u64;
-            s["memory_total_bytes"] = json!(gib << 30);
-            s["memory_available_bytes"] = json!(gib << 30);
-            let put = put_json(a.addr, &format!("/inventory/servers/{uuid}"), &s).await;
-            assert_eq!(put.status, 200, "{}", String::from_utf8_lossy(&put.body));
+            put_empty_server(a.addr, &uuid(1, 100 + round), 320 + 64 * round as u64).await;
         }
         for kind in order {
             vm += 3 - (vm % 3) + kind;
@@ -852,14 +851,7 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
             let (status, recurring) = place(vm, "counts").await;
             let (full_status, full) = place(vm, "full").await;
             assert_eq!(status, full_status, "VM {vm}: {recurring} {full}");
-            assert_eq!(
-                recurring["server"]["uuid"],
-                full["server"]["uuid"],
-                "VM {vm} round {round} kind {kind}: {:?} {:?} FULL {}",
-                step_counts(&recurring),
-                step_counts(&full),
-                full["steps"]
-            );
+            assert_eq!(recurring["server"]["uuid"], full["server"]["uuid"], "VM {vm}, round {round}");
             assert_eq!(step_counts(&recurring), step_counts(&full), "VM {vm}");
             placed += usize::from(status == 200);
         }
