@@ -34,7 +34,10 @@ threads=${THREADS:-2}
 duration=${DURATION:-30s}
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-DAPI_LISTEN=127.0.0.1:$port DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS=$connections \
+# The service refuses DAPI_ variables it does not know (a misspelt setting), so this
+# script's own options are kept out of its environment.
+env -u DAPI_LOAD_BODY -u DAPI_LOAD_CONFIG -u DAPI_LOAD_PATH \
+    DAPI_LISTEN=127.0.0.1:$port DAPI_LIMITS__MAX_CONCURRENT_ALLOCATIONS=$connections \
     target/release/dapi serve ${config:+--config "$config"} >/dev/null 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true' EXIT INT TERM
