@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -22,13 +22,38 @@ use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
 
 pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
-        AnswerBody::Whole(bytes) => Body::from(bytes),
+        AnswerBody::Whole(bytes) => Body::from(answer_bytes(bytes)),
         AnswerBody::Streamed(parts) => Body::new(parts),
     };
     let mut response = (status, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response.extensions_mut().insert(outcome);
     response
+}
+
+/// An answer's bytes for the connection: a pooled buffer (`wire::pages::buffer`) is given
+/// back once the connection has sent it.
+fn answer_bytes(buffer: Vec<u8>) -> Bytes {
+    if crate::wire::pages::is_pooled(buffer.capacity()) {
+        Bytes::from_owner(Pooled(buffer))
+    } else {
+        Bytes::from(buffer)
+    }
+}
+
+/// A pooled buffer lent to the connection.
+struct Pooled(Vec<u8>);
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        crate::wire::pages::recycle(std::mem::take(&mut self.0));
+    }
 }
 
 impl From<AnswerError> for ApiError {
@@ -165,7 +190,7 @@ pub(super) fn written_answer(
     explain: Option<&ExplainOptions>,
 ) -> Result<(StatusCode, AnswerBody, Outcome), ApiError> {
     let (status, outcome) = outcome_of(servers, allocation);
-    let mut out = Vec::with_capacity(answer_size(servers, allocation, format, explain));
+    let mut out = crate::wire::pages::buffer(answer_size(servers, allocation, format, explain));
     write_answer(raw_servers, servers, allocation, format, explain, &mut out, &mut |_| {})?;
     Ok((status, AnswerBody::Whole(out), outcome))
 }

@@ -358,7 +358,7 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                 // Only bodies that could have been read whole anyway: a big one (gzip) is
                 // not looked at on the runtime's thread.
                 if let Some(inline) = (bytes.len() < ARRIVING_FROM).then(|| inline(&bytes)).flatten() {
-                    drop(bytes);
+                    crate::wire::pages::recycle(bytes);
                     let result = inline.await;
                     drop(permit);
                     return result;
