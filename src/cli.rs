@@ -770,26 +770,26 @@ impl AnswerOut {
     }
 }
 
+impl AnswerOut {
+    fn target(&mut self) -> &mut dyn Write {
+        match &mut self.direct {
+            Some(file) => file,
+            None => &mut self.stdout,
+        }
+    }
+}
+
 impl Write for AnswerOut {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        match &mut self.direct {
-            Some(file) => file.write(bytes),
-            None => self.stdout.write(bytes),
-        }
+        self.target().write(bytes)
     }
 
     fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match &mut self.direct {
-            Some(file) => file.write_all(bytes),
-            None => self.stdout.write_all(bytes),
-        }
+        self.target().write_all(bytes)
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        match &mut self.direct {
-            Some(file) => file.flush(),
-            None => self.stdout.flush(),
-        }
+        self.target().flush()
     }
 }
 

@@ -911,7 +911,7 @@ pub fn digest(bytes: &[u8]) -> String {
 
 /// [`digest`] of input that arrives in pieces (a request body, frame by frame). `twox-hash`
 /// rather than a crate chosen at compile time: it picks AVX2 when the CPU has it, where a
-/// portable build would otherwise run the SSE2 code (the digest was 3-4% of the service's
+/// portable build would otherwise run the SSE2 code (the digest was 2-4% of the service's
 /// CPU under a 50-server load).
 pub struct Digest(twox_hash::XxHash3_64);
 

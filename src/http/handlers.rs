@@ -22,38 +22,17 @@ use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
 
 pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
-        AnswerBody::Whole(bytes) => Body::from(answer_bytes(bytes)),
+        // A pooled buffer is given back (`wire::pages::recycle`) once the connection has sent it.
+        AnswerBody::Whole(bytes) if crate::wire::pages::is_pooled(bytes.capacity()) => {
+            Body::from(Bytes::from_owner(crate::wire::pages::Body::new(bytes)))
+        }
+        AnswerBody::Whole(bytes) => Body::from(bytes),
         AnswerBody::Streamed(parts) => Body::new(parts),
     };
     let mut response = (status, body).into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response.extensions_mut().insert(outcome);
     response
-}
-
-/// An answer's bytes for the connection: a pooled buffer (`wire::pages::buffer`) is given
-/// back once the connection has sent it.
-fn answer_bytes(buffer: Vec<u8>) -> Bytes {
-    if crate::wire::pages::is_pooled(buffer.capacity()) {
-        Bytes::from_owner(Pooled(buffer))
-    } else {
-        Bytes::from(buffer)
-    }
-}
-
-/// A pooled buffer lent to the connection.
-struct Pooled(Vec<u8>);
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        crate::wire::pages::recycle(std::mem::take(&mut self.0));
-    }
 }
 
 impl From<AnswerError> for ApiError {

@@ -283,7 +283,8 @@ pub fn buffer(capacity: usize) -> Vec<u8> {
     }
 }
 
-/// A whole body's bytes in a [`body_buffer`], given back ([`recycle`]) when dropped.
+/// A whole body's bytes in a [`body_buffer`] (or an answer's in a [`buffer`]), given back
+/// ([`recycle`]) when dropped.
 #[derive(Default)]
 pub struct Body(Vec<u8>);
 
@@ -302,6 +303,12 @@ impl std::ops::Deref for Body {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Body {
+    fn as_ref(&self) -> &[u8] {
         &self.0
     }
 }
