@@ -51,7 +51,8 @@ pub fn validate_server_list(servers: &[Server]) -> Result<(), FieldError> {
     if servers.is_empty() {
         return Err(FieldError::invalid("servers", r#""servers" array is empty"#));
     }
-    let mut seen = std::collections::HashMap::with_capacity(servers.len());
+    let mut seen =
+        std::collections::HashMap::with_capacity_and_hasher(servers.len(), crate::fxhash::FxBuild::default());
     for (i, server) in servers.iter().enumerate() {
         let Some(uuid) = server.uuid.as_str() else { continue };
         if let Some(first) = seen.insert(uuid, i) {

@@ -30,6 +30,13 @@ const VM_QUOTA: Leaf = Leaf::of(Ty::Number).min(0.0);
 const VM_CPU_CAP: Leaf = Leaf::of(Ty::Integer).min(1.0);
 const VM_STATE: Leaf = Leaf::of(Ty::String).required().min_len(1);
 
+const FLAG_OPTIONAL: Leaf = Leaf::of(Ty::Boolean);
+const BHYVE_MAX_VCPUS: Leaf = Leaf::of(Ty::Integer).min(0.0);
+const ADMIN_NIC_TAG: Leaf = Leaf::of(Ty::String);
+const ADMIN_IP: Leaf = Leaf::of(Ty::String).pattern(Pattern::Ipv4);
+const LIVE_IMAGE: Leaf = Leaf::of(Ty::String).required().min_len(1);
+const SDC_VERSION: Leaf = Leaf::of(Ty::String).min_len(1);
+
 /// Names an `Object.prototype` member: the validator's "is this key declared" test reads
 /// `schema.properties[key]`, which finds these inherited members, so such keys are never
 /// reported as unsupported.
@@ -88,21 +95,22 @@ pub fn validate_server(s: &Server) -> Option<String> {
 
 /// The server's own scalar fields, checked first.
 fn top_level(s: &Server) -> Option<String> {
-    let top: [(&str, &Js, Leaf); 14] = [
-        ("uuid", &s.uuid, UUID),
-        ("memory_available_bytes", &s.memory_available_bytes, COUNT_0),
-        ("memory_total_bytes", &s.memory_total_bytes, COUNT_1),
-        ("disk_pool_size_bytes", &s.disk_pool_size_bytes, COUNT_1),
-        ("disk_pool_alloc_bytes", &s.disk_pool_alloc_bytes, COUNT_0),
-        ("disk_system_used_bytes", &s.disk_system_used_bytes, COUNT_0),
-        ("disk_installed_images_used_bytes", &s.disk_installed_images_used_bytes, COUNT_0),
-        ("disk_cores_quota_used_bytes", &s.disk_cores_quota_used_bytes, COUNT_0),
-        ("disk_zone_quota_bytes", &s.disk_zone_quota_bytes, COUNT_0),
-        ("disk_kvm_quota_bytes", &s.disk_kvm_quota_bytes, COUNT_0),
-        ("disk_kvm_zvol_volsize_bytes", &s.disk_kvm_zvol_volsize_bytes, COUNT_0),
-        ("reserved", &s.reserved, FLAG),
-        ("setup", &s.setup, FLAG),
-        ("reservation_ratio", &s.reservation_ratio, RESERVATION_RATIO),
+    // Leaves by reference, not copied into the list: this runs for every server read.
+    let top: [(&str, &Js, &Leaf); 14] = [
+        ("uuid", &s.uuid, &UUID),
+        ("memory_available_bytes", &s.memory_available_bytes, &COUNT_0),
+        ("memory_total_bytes", &s.memory_total_bytes, &COUNT_1),
+        ("disk_pool_size_bytes", &s.disk_pool_size_bytes, &COUNT_1),
+        ("disk_pool_alloc_bytes", &s.disk_pool_alloc_bytes, &COUNT_0),
+        ("disk_system_used_bytes", &s.disk_system_used_bytes, &COUNT_0),
+        ("disk_installed_images_used_bytes", &s.disk_installed_images_used_bytes, &COUNT_0),
+        ("disk_cores_quota_used_bytes", &s.disk_cores_quota_used_bytes, &COUNT_0),
+        ("disk_zone_quota_bytes", &s.disk_zone_quota_bytes, &COUNT_0),
+        ("disk_kvm_quota_bytes", &s.disk_kvm_quota_bytes, &COUNT_0),
+        ("disk_kvm_zvol_volsize_bytes", &s.disk_kvm_zvol_volsize_bytes, &COUNT_0),
+        ("reserved", &s.reserved, &FLAG),
+        ("setup", &s.setup, &FLAG),
+        ("reservation_ratio", &s.reservation_ratio, &RESERVATION_RATIO),
     ];
     for (name, value, leaf) in top {
         if let Some(reason) = leaf.check(value) {
@@ -156,17 +164,17 @@ fn overprovision_ratios(ratios: &JsObject) -> Option<String> {
 }
 
 fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
-    let before_nics: [(&str, &Js, Leaf); 10] = [
-        ("Bhyve Capable", &si.bhyve_capable, Leaf::of(Ty::Boolean)),
-        ("Bhyve Max Vcpus", &si.bhyve_max_vcpus, Leaf::of(Ty::Integer).min(0.0)),
-        ("CPU Total Cores", &si.cpu_total_cores, CPU_COUNT),
-        ("CPU Socket Count", &si.cpu_socket_count, CPU_COUNT),
-        ("CPU Core Count", &si.cpu_core_count, CPU_COUNT),
-        ("CPU Online Count", &si.cpu_online_count, CPU_COUNT),
-        ("CPU Count", &si.cpu_count, CPU_COUNT),
-        ("Admin NIC Tag", &si.admin_nic_tag, Leaf::of(Ty::String)),
-        ("Admin IP", &si.admin_ip, Leaf::of(Ty::String).pattern(Pattern::Ipv4)),
-        ("HVM API", &si.hvm_api, Leaf::of(Ty::Boolean)),
+    let before_nics: [(&str, &Js, &Leaf); 10] = [
+        ("Bhyve Capable", &si.bhyve_capable, &FLAG_OPTIONAL),
+        ("Bhyve Max Vcpus", &si.bhyve_max_vcpus, &BHYVE_MAX_VCPUS),
+        ("CPU Total Cores", &si.cpu_total_cores, &CPU_COUNT),
+        ("CPU Socket Count", &si.cpu_socket_count, &CPU_COUNT),
+        ("CPU Core Count", &si.cpu_core_count, &CPU_COUNT),
+        ("CPU Online Count", &si.cpu_online_count, &CPU_COUNT),
+        ("CPU Count", &si.cpu_count, &CPU_COUNT),
+        ("Admin NIC Tag", &si.admin_nic_tag, &ADMIN_NIC_TAG),
+        ("Admin IP", &si.admin_ip, &ADMIN_IP),
+        ("HVM API", &si.hvm_api, &FLAG_OPTIONAL),
     ];
     for (name, value, leaf) in before_nics {
         if let Some(reason) = leaf.check(value) {
@@ -182,10 +190,8 @@ fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
         }
         Ok(None) => {}
     }
-    let after_nics: [(&str, &Js, Leaf); 2] = [
-        ("Live Image", &si.live_image, Leaf::of(Ty::String).required().min_len(1)),
-        ("SDC Version", &si.sdc_version, Leaf::of(Ty::String).min_len(1)),
-    ];
+    let after_nics: [(&str, &Js, &Leaf); 2] =
+        [("Live Image", &si.live_image, &LIVE_IMAGE), ("SDC Version", &si.sdc_version, &SDC_VERSION)];
     for (name, value, leaf) in after_nics {
         if let Some(reason) = leaf.check(value) {
             return Some(property(&format!("sysinfo.{name}"), &reason));
@@ -250,12 +256,12 @@ fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
         Ok(Some(ServerVm::Plain(_))) => return None,
         Ok(Some(ServerVm::Full(vm))) => vm,
     };
-    let fields: [(&str, &Js, Leaf); 5] = [
-        ("owner_uuid", &vm.owner_uuid, UUID),
-        ("max_physical_memory", &vm.max_physical_memory_mib, VM_MAX_PHYSICAL_MEMORY),
-        ("quota", &vm.quota_gib, VM_QUOTA),
-        ("cpu_cap", &vm.cpu_cap_pct, VM_CPU_CAP),
-        ("state", &vm.state, VM_STATE),
+    let fields: [(&str, &Js, &Leaf); 5] = [
+        ("owner_uuid", &vm.owner_uuid, &UUID),
+        ("max_physical_memory", &vm.max_physical_memory_mib, &VM_MAX_PHYSICAL_MEMORY),
+        ("quota", &vm.quota_gib, &VM_QUOTA),
+        ("cpu_cap", &vm.cpu_cap_pct, &VM_CPU_CAP),
+        ("state", &vm.state, &VM_STATE),
     ];
     fields
         .into_iter()
