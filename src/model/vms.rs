@@ -123,6 +123,17 @@ impl<'a> UuidRef<'a> {
         super::schema::uuid_shaped(bytes).then_some(UuidRef(bytes))
     }
 
+    /// [`UuidRef::from_bytes`], told without the check when `b` holds the same text as
+    /// `known`, a uuid checked already (CNAPI keys each VM by its uuid: the key, read
+    /// first, then stands for the VM's `uuid` too).
+    #[inline]
+    pub fn from_bytes_like(known: Option<UuidRef<'a>>, b: &'a [u8]) -> Option<UuidRef<'a>> {
+        match known {
+            Some(k) if k.0[..] == *b => Some(k),
+            _ => UuidRef::from_bytes(b),
+        }
+    }
+
     pub fn as_str(self) -> &'a str {
         // SAFETY: the bytes are uuid-shaped, so ASCII (the constructors check it).
         unsafe { std::str::from_utf8_unchecked(self.0) }
@@ -450,7 +461,8 @@ enum VmKey<'a> {
 impl<'a> VmEntry<'a> {
     pub fn new(key: Cow<'a, str>, value: Shape<ServerVm<'a>>) -> VmEntry<'a> {
         let own_uuid = match &value {
-            Shape::Obj(ServerVm::Plain(p)) => p.uuid().is_some_and(|u| *u == *key),
+            // The same text, often the very same bytes (`UuidRef::from_bytes_like`).
+            Shape::Obj(ServerVm::Plain(p)) => p.uuid().is_some_and(|u| std::ptr::eq(u, &*key) || *u == *key),
             _ => false,
         };
         let key = if own_uuid { VmKey::OwnUuid } else { VmKey::Other(Box::new(key)) };

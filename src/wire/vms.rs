@@ -317,16 +317,16 @@ fn read_vms_fast<'a>(c: &mut Cursor<'a>) -> Option<VmMap<'a>> {
             // CNAPI keys VMs by their uuids: such a key needs no search for its end.
             c.skip_ws();
             let key_start = c.pos;
-            let key = match c.uuid() {
-                Some(uuid) if c.eat(b':') => uuid.as_str(),
+            let (key, key_uuid) = match c.uuid() {
+                Some(uuid) if c.eat(b':') => (uuid.as_str(), Some(uuid)),
                 _ => {
                     c.pos = key_start;
-                    c.key()?
+                    (c.key()?, None)
                 }
             };
             c.skip_ws();
             let start = c.pos;
-            let value = match (c.byte_at(start) == b'{').then(|| read_plain_vm(c)).flatten() {
+            let value = match (c.byte_at(start) == b'{').then(|| read_plain_vm(c, key_uuid)).flatten() {
                 Some(vm) => Shape::Obj(vm),
                 None => {
                     c.pos = start;
@@ -463,11 +463,14 @@ struct Fields<'a> {
     cap: f64,
     /// The known fields read, by their bit.
     seen: u16,
+    /// The VM's key in `server.vms`, when it is a uuid (checked already).
+    key: Option<UuidRef<'a>>,
 }
 
 impl<'a> Fields<'a> {
-    fn new() -> Fields<'a> {
+    fn new(key: Option<UuidRef<'a>>) -> Fields<'a> {
         Fields {
+            key,
             uuid: None,
             owner_uuid: None,
             brand: None,
@@ -492,10 +495,10 @@ impl<'a> Fields<'a> {
                 if bytes.get(at + 36) != Some(&b'"') {
                     return None;
                 }
-                let uuid = Some(UuidRef::from_bytes(bytes.get(at..at + 36)?)?);
+                let text = bytes.get(at..at + 36)?;
                 match field {
-                    Some(0) => self.uuid = uuid,
-                    _ => self.owner_uuid = uuid,
+                    Some(0) => self.uuid = Some(UuidRef::from_bytes_like(self.key, text)?),
+                    _ => self.owner_uuid = Some(UuidRef::from_bytes(text)?),
                 }
                 at + 37
             }
@@ -538,9 +541,9 @@ impl<'a> Fields<'a> {
 /// checks a [`PlainVm`] stands for. Anything else (including a repeated field, which
 /// serde_json reports) gives up, and serde_json reads the VM.
 #[inline(never)]
-fn read_plain_vm<'a>(c: &mut Cursor<'a>) -> Option<ServerVm<'a>> {
+fn read_plain_vm<'a>(c: &mut Cursor<'a>, key: Option<UuidRef<'a>>) -> Option<ServerVm<'a>> {
     let (text, bytes) = (c.text, c.text.as_bytes());
-    let mut vm = Fields::new();
+    let mut vm = Fields::new(key);
     // Past the `{` the caller saw; `{}` gives up below (a plain VM has an owner).
     let mut pos = c.pos + 1;
     // The last VM's separators as long as they are there.
@@ -843,6 +846,27 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A VM keyed by a uuid: its `uuid` the same text (taken as checked), another uuid, or
+    /// the key's text in another form (not a lower-case uuid) reads as serde reads it.
+    #[test]
+    fn a_uuid_key_vouches_only_for_the_same_text() {
+        const KEY: &str = "6b7a9c3e-8f2d-4e1a-9b5c-0d3e2f1a4b5c";
+        let upper = KEY.to_uppercase();
+        for uuid in [KEY, OWNER, upper.as_str(), "6b7a9c3e-8f2d-4e1a-9b5c-0d3e2f1a4b5", "x"] {
+            let text = format!(
+                r#"{{"{KEY}":{{"uuid":"{uuid}","owner_uuid":"{OWNER}","state":"running","max_physical_memory":5}}}}"#
+            );
+            let text: &'static str = Box::leak(text.into_boxed_str());
+            let serde = serde_json::from_str::<Shape<VmMap>>(text).expect("serde reads it");
+            let fast = read_vms(&mut Cursor::new(text)).expect("the fast reader reads it");
+            assert_eq!(format!("{fast:?}"), format!("{serde:?}"), "{text}");
+            let Shape::Obj(map) = fast else { panic!("{text}: not a map") };
+            let entry = map.get(KEY).and_then(Shape::as_obj).expect("the VM");
+            assert_eq!(matches!(entry, ServerVm::Plain(_)), uuid == KEY || uuid == OWNER, "{text}");
+            assert_eq!(entry.uuid().as_str(), Some(uuid));
         }
     }
 
