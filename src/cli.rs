@@ -470,6 +470,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     };
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader of the answer stopped reading (`| head`): it has what it wanted.
+        Err(CliError::Io { error, .. }) if error.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dapi: {e}");
             ExitCode::from(e.exit_code())

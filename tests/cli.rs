@@ -196,6 +196,20 @@ fn bad_config_exits_2_naming_the_file_or_the_variable() {
     }
 }
 
+/// A reader that stops early (`dapi ... | head`) is no error of dapi's: it ends quietly,
+/// exit 0, rather than reporting an internal error.
+#[test]
+fn a_reader_that_stops_early_ends_it_quietly() {
+    let mut child = dapi().arg("openapi").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("dapi starts");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 16];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("the answer starts");
+    drop(stdout);
+    let Output { status, stderr, .. } = child.wait_with_output().expect("dapi ends");
+    assert_eq!(status.code(), Some(0), "{}", String::from_utf8_lossy(&stderr));
+    assert!(stderr.is_empty(), "{}", String::from_utf8_lossy(&stderr));
+}
+
 #[test]
 fn openapi_prints_the_document() {
     let (code, out, _) = run(dapi().arg("openapi"));

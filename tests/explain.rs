@@ -275,12 +275,20 @@ async fn over_http_explain_is_added_to_200_and_409_and_why_not_restricts() {
     assert!(body["explain"]["causes"].as_array().is_some_and(|c| !c.is_empty()), "{body}");
 
     let first = request["servers"][0]["uuid"].as_str().expect("uuid").to_string();
-    let path = format!("/allocate?why_not={first},not-a-server");
-    let r = common::post_json(s.addr, &path, &no_fit).await.json();
-    let servers = r["explain"]["servers"].as_array().expect("servers");
-    assert_eq!(servers.len(), 2, "{r}");
-    assert_eq!(servers[0]["server"], json!(first));
-    assert_eq!(servers[1]["outcome"], "not_received");
+    // The comma as typed, as URLSearchParams and urlencode escape it, and the parameter
+    // given twice: the same two servers asked about.
+    for query in [
+        format!("why_not={first},not-a-server"),
+        format!("why_not={first}%2Cnot-a-server"),
+        format!("why_not={first}&why_not=not%2Da%2Dserver&steps=%66ull&explain=%74rue"),
+    ] {
+        let r = common::post_json(s.addr, &format!("/allocate?{query}"), &no_fit).await.json();
+        let servers = r["explain"]["servers"].as_array().expect("servers");
+        assert_eq!(servers.len(), 2, "{query}: {r}");
+        assert_eq!(servers[0]["server"], json!(first), "{query}");
+        assert_eq!(servers[1]["server"], "not-a-server", "{query}");
+        assert_eq!(servers[1]["outcome"], "not_received", "{query}");
+    }
 
     let mut in_body = no_fit.clone();
     in_body["why_not"] = json!([first]);

@@ -287,8 +287,13 @@ async fn a_configured_token_guards_allocate_capacity_and_reload() {
     assert_eq!(r.json()["code"], "Unauthorized");
     let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", "Bearer wrong")], &body).await;
     assert_eq!(r.status, 401);
-    let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", "Bearer s3cret")], &body).await;
-    assert_eq!(r.status, 200);
+    // The scheme's name in any case (RFC 9110 §11.1).
+    for authorization in ["Bearer s3cret", "bearer s3cret", "BEARER s3cret"] {
+        let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", authorization)], &body).await;
+        assert_eq!(r.status, 200, "{authorization}");
+    }
+    let r = send(s.addr, "POST", "/allocate", &[json_ct, ("Authorization", "Basic s3cret")], &body).await;
+    assert_eq!(r.status, 401);
     assert_eq!(send(s.addr, "POST", "/capacity", &[json_ct], b"[]").await.status, 401);
     assert_eq!(send(s.addr, "POST", "/admin/reload", &[], b"").await.status, 401);
     assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.status, 200);

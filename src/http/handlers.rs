@@ -1,6 +1,7 @@
 //! The endpoints. Each takes its request in through [`super::intake`], then runs the answer
 //! path it shares with the CLI ([`crate::answer`]) and maps the result to a status code.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -251,25 +252,30 @@ pub(super) fn reply_allocation(
     digested.map(|d| d.finish())
 }
 
-/// The `explain` (`true`/`1` or `false`/`0`) and `why_not` (uuids, comma-separated; asks
-/// for an explanation too) query parameters.
+/// The query's parameters, decoded as a form's (`%2C`, `+`): what Node's
+/// `URLSearchParams` and Python's `urlencode` send.
+fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    form_urlencoded::parse(query.unwrap_or("").as_bytes())
+}
+
+/// The `explain` (`true`/`1`/empty or `false`/`0`) and `why_not` (uuids, comma-separated;
+/// asks for an explanation too) query parameters.
 pub(super) fn explain_options(query: Option<&str>) -> Result<Option<ExplainOptions>, ApiError> {
     let mut explain: Option<ExplainOptions> = None;
     let mut why_not: Vec<String> = Vec::new();
-    for pair in query.unwrap_or("").split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "explain" => match value {
+    for (key, value) in query_pairs(query) {
+        match &*key {
+            "explain" => match &*value {
                 "true" | "1" | "" => explain = Some(explain.unwrap_or_default()),
                 "false" | "0" => explain = None,
                 _ => {
                     return Err(ApiError::InvalidParameters(vec![FieldError::invalid(
                         "explain",
-                        format!("must be true or false, not {value:?}"),
+                        format!("must be true or false (or 1 or 0), not {value:?}"),
                     )]))
                 }
             },
-            "why_not" => why_not.extend(value.split(',').filter(|u| !u.is_empty()).map(percent_decoded)),
+            "why_not" => why_not.extend(value.split(',').filter(|u| !u.is_empty()).map(str::to_string)),
             _ => {}
         }
     }
@@ -279,39 +285,18 @@ pub(super) fn explain_options(query: Option<&str>) -> Result<Option<ExplainOptio
     Ok(explain)
 }
 
-/// `%XX` escapes decoded (uuids need none, but clients may escape the commas' neighbours).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The `steps` query parameter: `full` (the default), `removed` or `counts`.
-pub(super) fn steps_format(query: Option<&str>) -> Result<StepsFormat, ApiError> {
-    let mut format = StepsFormat::Full;
-    for pair in query.unwrap_or("").split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+/// The `steps` query parameter: `full` (the default), `removed` or `counts`; `None` when
+/// not given.
+pub(super) fn steps_format(query: Option<&str>) -> Result<Option<StepsFormat>, ApiError> {
+    let mut format = None;
+    for (key, value) in query_pairs(query) {
         if key == "steps" {
-            format = StepsFormat::parse(value).ok_or_else(|| {
+            format = Some(StepsFormat::parse(&value).ok_or_else(|| {
                 ApiError::InvalidParameters(vec![FieldError::invalid(
                     "steps",
                     format!("must be full, removed or counts, not {value:?}"),
                 )])
-            })?;
+            })?);
         }
     }
     Ok(format)
@@ -348,15 +333,15 @@ pub async fn allocate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (format, explain) =
+    let (steps_given, explain) =
         match steps_format(query.as_deref()).and_then(|f| Ok((f, explain_options(query.as_deref())?))) {
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
+    let format = steps_given.unwrap_or(StepsFormat::Full);
     // A batch (and, in inventory mode, an allocation on the inventory) lists compact
     // steps unless `steps` is given.
-    let steps_given = query.as_deref().is_some_and(|q| q.split('&').any(|p| p.starts_with("steps=")));
-    let batch_format = steps_given.then_some(format);
+    let batch_format = steps_given;
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     // Recording and the shadow config, when on: they act after the answer has left.

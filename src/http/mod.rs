@@ -254,13 +254,20 @@ async fn require_token(State(app): State<Arc<AppState>>, request: Request, next:
             .headers()
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
             .unwrap_or("");
         if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
             return axum::response::IntoResponse::into_response(ApiError::Unauthorized);
         }
     }
     next.run(request).await
+}
+
+/// The credentials of `Bearer <token>`; the scheme's name is case-insensitive (RFC 9110
+/// §11.1), so `bearer` does too.
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(credentials)
 }
 
 /// Compares without an early exit, so timing does not reveal how much of a token matched.
