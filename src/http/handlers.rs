@@ -333,15 +333,14 @@ pub async fn allocate(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (steps_given, explain) =
+    // `steps` as given: a batch (and, in inventory mode, an allocation on the inventory)
+    // lists compact steps unless it is given.
+    let (batch_format, explain) =
         match steps_format(query.as_deref()).and_then(|f| Ok((f, explain_options(query.as_deref())?))) {
             Ok(parsed) => parsed,
             Err(e) => return e.into_response(),
         };
-    let format = steps_given.unwrap_or(StepsFormat::Full);
-    // A batch (and, in inventory mode, an allocation on the inventory) lists compact
-    // steps unless `steps` is given.
-    let batch_format = steps_given;
+    let format = batch_format.unwrap_or(StepsFormat::Full);
     let app2 = app.clone();
     let patience = Duration::from_millis(app.limits().request_timeout_ms);
     // Recording and the shadow config, when on: they act after the answer has left.

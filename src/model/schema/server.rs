@@ -93,10 +93,20 @@ pub fn validate_server(s: &Server) -> Option<String> {
     }
 }
 
+/// A list of scalar fields, each with its leaf.
+type Leaves<'v, const N: usize> = [(&'static str, &'v Js, &'static Leaf); N];
+
+/// The first field of `fields` (in order) that its leaf refuses, as `property "<path>"`
+/// where `path` names the field.
+#[inline]
+fn first_refused(fields: &[(&str, &Js, &Leaf)], path: impl Fn(&str) -> String) -> Option<String> {
+    fields.iter().find_map(|(name, value, leaf)| leaf.check(value).map(|reason| property(&path(name), &reason)))
+}
+
 /// The server's own scalar fields, checked first.
 fn top_level(s: &Server) -> Option<String> {
     // Leaves by reference, not copied into the list: this runs for every server read.
-    let top: [(&str, &Js, &Leaf); 14] = [
+    let top: Leaves<14> = [
         ("uuid", &s.uuid, &UUID),
         ("memory_available_bytes", &s.memory_available_bytes, &COUNT_0),
         ("memory_total_bytes", &s.memory_total_bytes, &COUNT_1),
@@ -112,12 +122,7 @@ fn top_level(s: &Server) -> Option<String> {
         ("setup", &s.setup, &FLAG),
         ("reservation_ratio", &s.reservation_ratio, &RESERVATION_RATIO),
     ];
-    for (name, value, leaf) in top {
-        if let Some(reason) = leaf.check(value) {
-            return Some(property(name, &reason));
-        }
-    }
-    None
+    first_refused(&top, str::to_string)
 }
 
 /// Whether a server that was valid is still valid after one VM was listed on it (`added`,
@@ -164,7 +169,7 @@ fn overprovision_ratios(ratios: &JsObject) -> Option<String> {
 }
 
 fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
-    let before_nics: [(&str, &Js, &Leaf); 10] = [
+    let before_nics: Leaves<10> = [
         ("Bhyve Capable", &si.bhyve_capable, &FLAG_OPTIONAL),
         ("Bhyve Max Vcpus", &si.bhyve_max_vcpus, &BHYVE_MAX_VCPUS),
         ("CPU Total Cores", &si.cpu_total_cores, &CPU_COUNT),
@@ -176,10 +181,8 @@ fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
         ("Admin IP", &si.admin_ip, &ADMIN_IP),
         ("HVM API", &si.hvm_api, &FLAG_OPTIONAL),
     ];
-    for (name, value, leaf) in before_nics {
-        if let Some(reason) = leaf.check(value) {
-            return Some(property(&format!("sysinfo.{name}"), &reason));
-        }
+    if let Some(msg) = first_refused(&before_nics, |name| format!("sysinfo.{name}")) {
+        return Some(msg);
     }
     match schema::shape(&si.network_interfaces, true) {
         Err(reason) => return Some(property("sysinfo.Network Interfaces", &reason)),
@@ -190,14 +193,9 @@ fn validate_sysinfo(si: &Sysinfo) -> Option<String> {
         }
         Ok(None) => {}
     }
-    let after_nics: [(&str, &Js, &Leaf); 2] =
+    let after_nics: Leaves<2> =
         [("Live Image", &si.live_image, &LIVE_IMAGE), ("SDC Version", &si.sdc_version, &SDC_VERSION)];
-    for (name, value, leaf) in after_nics {
-        if let Some(reason) = leaf.check(value) {
-            return Some(property(&format!("sysinfo.{name}"), &reason));
-        }
-    }
-    None
+    first_refused(&after_nics, |name| format!("sysinfo.{name}"))
 }
 
 fn validate_nic(name: &str, nic: &Shape<Nic>) -> Option<String> {
@@ -256,14 +254,12 @@ fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
         Ok(Some(ServerVm::Plain(_))) => return None,
         Ok(Some(ServerVm::Full(vm))) => vm,
     };
-    let fields: [(&str, &Js, &Leaf); 5] = [
+    let fields: Leaves<5> = [
         ("owner_uuid", &vm.owner_uuid, &UUID),
         ("max_physical_memory", &vm.max_physical_memory_mib, &VM_MAX_PHYSICAL_MEMORY),
         ("quota", &vm.quota_gib, &VM_QUOTA),
         ("cpu_cap", &vm.cpu_cap_pct, &VM_CPU_CAP),
         ("state", &vm.state, &VM_STATE),
     ];
-    fields
-        .into_iter()
-        .find_map(|(name, value, leaf)| leaf.check(value).map(|reason| property(&format!("vms.{key}.{name}"), &reason)))
+    first_refused(&fields, |name| format!("vms.{key}.{name}"))
 }
