@@ -225,6 +225,9 @@ impl<'a> Cursor<'a> {
             };
             items.push(item);
             if self.eat(b']') {
+                // Held for the whole request (a server's NIC names, one or two of them):
+                // without the room the growth left, 120 bytes less per server.
+                items.shrink_to_fit();
                 return Some(Js::Arr(items));
             }
             if !self.eat(b',') {
