@@ -14,7 +14,9 @@ pub enum Js {
     Null,
     Bool(bool),
     Num(f64),
-    Str(Box<str>),
+    /// Shared: a datacenter's servers repeat most of their strings, which the body
+    /// readers then hold once (`wire::strings`).
+    Str(std::sync::Arc<str>),
     Arr(Vec<Js>),
     /// Boxed: objects are rare next to scalars, and this keeps every `Js` at 24 bytes (the
     /// other variants' tags fit in the room a `Vec`'s capacity cannot use).
@@ -709,7 +711,7 @@ impl<'de> Visitor<'de> for JsVisitor {
         Ok(Js::str(v))
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Js, E> {
-        Ok(Js::Str(v.into_boxed_str()))
+        Ok(Js::Str(v.into()))
     }
     fn visit_unit<E>(self) -> Result<Js, E> {
         Ok(Js::Null)

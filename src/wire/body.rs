@@ -639,9 +639,14 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
     let (mut raws, mut servers) = (Vec::new(), Vec::new());
     loop {
         let start = c.pos;
-        let mut attempt = Cursor { text: c.text, pos: start, vm_shape: std::mem::take(&mut c.vm_shape) };
+        let mut attempt = Cursor {
+            text: c.text,
+            pos: start,
+            vm_shape: std::mem::take(&mut c.vm_shape),
+            strings: std::mem::take(&mut c.strings),
+        };
         let next = next_server(&mut attempt, servers.is_empty());
-        c.vm_shape = attempt.vm_shape;
+        (c.vm_shape, c.strings) = (attempt.vm_shape, attempt.strings);
         match next {
             Some(Some((server, raw))) => {
                 servers.push(server);

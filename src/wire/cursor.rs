@@ -8,6 +8,7 @@
 
 use serde::Deserialize;
 
+use super::strings::SharedStrings;
 use super::vms::VmShape;
 use crate::js::Js;
 use crate::model::UuidRef;
@@ -21,6 +22,8 @@ pub(super) struct Cursor<'a> {
     pub pos: usize,
     /// The shape of the last VM read, which the next VM most likely has too.
     pub vm_shape: VmShape,
+    /// The short strings read lately, handed out again for the same text.
+    pub strings: SharedStrings,
 }
 
 /// The text of `text` between `start` and `end`, which the caller found next to ASCII
@@ -67,7 +70,7 @@ impl<'a> Cursor<'a> {
     }
 
     pub fn at(text: &'a str, pos: usize) -> Cursor<'a> {
-        Cursor { text, pos, vm_shape: VmShape::default() }
+        Cursor { text, pos, vm_shape: VmShape::default(), strings: SharedStrings::default() }
     }
 
     /// Skips whitespace; the next byte. Bodies as CNAPI sends them have no whitespace
@@ -189,7 +192,7 @@ impl<'a> Cursor<'a> {
     /// read here, anything else through serde_json.
     pub fn js(&mut self) -> serde_json::Result<Js> {
         if let Some(s) = self.plain_str() {
-            return Ok(Js::str(s));
+            return Ok(Js::Str(self.strings.get(s)));
         }
         if let Some(n) = self.small_uint() {
             return Ok(Js::Num(n));
@@ -220,7 +223,7 @@ impl<'a> Cursor<'a> {
         }
         loop {
             let item = match self.plain_str() {
-                Some(s) => Js::str(s),
+                Some(s) => Js::Str(self.strings.get(s)),
                 None => Js::Num(self.small_uint()?),
             };
             items.push(item);

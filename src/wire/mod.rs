@@ -23,6 +23,8 @@
 //!   ordinary way.
 //!
 //! A server's schema verdict is worked out while it is read (its data is in cache then).
+//! The fast readers share repeated short strings ([`strings`]): a datacenter's servers
+//! repeat most of theirs.
 //!
 //! All of them read values through [`crate::js::json`], so a value serde_json refuses only
 //! because it holds a lone surrogate or a number past the double range is read, in every
@@ -32,6 +34,7 @@ pub mod arriving;
 mod body;
 mod cursor;
 pub mod pages;
+mod strings;
 mod sysinfo;
 mod vms;
 
