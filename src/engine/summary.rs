@@ -180,18 +180,23 @@ pub(super) fn offer_part_before(i: usize, out: &mut Vec<u8>, part_done: &mut dyn
     }
 }
 
-/// Every server's uuid as JSON (`null` for a server without one), written once per answer
-/// and copied into each list.
+/// Every server's uuid as JSON (`null` for a server without one), each followed by a
+/// comma, written once per answer and copied into each list. Lists mostly keep the servers
+/// in the order received (a step removes a few), so consecutive servers are copied as one
+/// run: a 5,000-server answer holds about forty lists of up to 5,000 uuids (8 MB), and
+/// copying them one uuid at a time was 7% of the CPU of a `POST /allocate`.
 struct UuidJson {
     bytes: Vec<u8>,
-    ends: Vec<usize>,
+    /// Where each server's uuid starts, and (last) where the bytes end.
+    starts: Vec<usize>,
 }
 
 impl UuidJson {
     fn new(servers: &[Server<'_>]) -> UuidJson {
         let mut bytes = Vec::with_capacity(servers.len() * 40);
-        let mut ends = Vec::with_capacity(servers.len());
+        let mut starts = Vec::with_capacity(servers.len() + 1);
         for server in servers {
+            starts.push(bytes.len());
             match &server.uuid {
                 Js::Str(s) => write_json_str(&mut bytes, s),
                 Js::Undefined => bytes.extend_from_slice(b"null"),
@@ -199,14 +204,15 @@ impl UuidJson {
                     let _ = crate::js::json::to_writer(&mut bytes, other);
                 }
             }
-            ends.push(bytes.len());
+            bytes.push(b',');
         }
-        UuidJson { bytes, ends }
+        starts.push(bytes.len());
+        UuidJson { bytes, starts }
     }
 
-    fn get(&self, id: ServerId) -> &[u8] {
-        let start = if id == 0 { 0 } else { self.ends[id - 1] };
-        &self.bytes[start..self.ends[id]]
+    /// The uuids of servers `first..end`, each followed by a comma.
+    fn run(&self, first: ServerId, end: ServerId) -> &[u8] {
+        &self.bytes[self.starts[first]..self.starts[end]]
     }
 
     fn write_list(
@@ -216,12 +222,24 @@ impl UuidJson {
         part_done: &mut dyn FnMut(&mut Vec<u8>),
     ) {
         out.push(b'[');
+        // The run of consecutive servers not yet written: `first..end`.
+        let (mut first, mut end, mut count) = (0, 0, 0);
         for (i, id) in ids.enumerate() {
-            if i > 0 {
-                out.push(b',');
+            count += 1;
+            let part_check = i > 0 && i.is_multiple_of(ENTRIES_PER_PART_CHECK);
+            if id != end || part_check {
+                out.extend_from_slice(self.run(first, end));
+                if part_check {
+                    part_done(out);
+                }
+                first = id;
             }
-            offer_part_before(i, out, part_done);
-            out.extend_from_slice(self.get(id));
+            end = id + 1;
+        }
+        out.extend_from_slice(self.run(first, end));
+        if count > 0 {
+            // The last uuid's comma (the last run is never empty).
+            out.pop();
         }
         out.push(b']');
     }
@@ -305,6 +323,46 @@ mod tests {
             received: n,
             input: None,
             elapsed: std::time::Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_list_copied_in_runs_is_the_list_written_one_uuid_at_a_time() {
+        let servers: Vec<Server> = (0..1500)
+            .map(|i| {
+                let mut server = Server::default();
+                server.uuid = match i % 7 {
+                    3 => Js::Undefined,
+                    5 => Js::Num(f64::from(i)),
+                    _ => Js::Str(format!("{i:08}-0000-4000-8000-000000000000").into()),
+                };
+                server
+            })
+            .collect();
+        let uuids = UuidJson::new(&servers);
+        let one = |id: usize| match &servers[id].uuid {
+            Js::Undefined => "null".to_string(),
+            other => {
+                let mut text = Vec::new();
+                crate::js::json::to_writer(&mut text, other).expect("JSON");
+                String::from_utf8(text).expect("UTF-8")
+            }
+        };
+        let lists: Vec<Vec<usize>> = vec![
+            vec![],
+            vec![0],
+            vec![1499],
+            (0..1500).collect(),
+            (3..1200).filter(|i| i % 97 != 0).collect(),
+            (0..1500).rev().collect(),
+            vec![5, 6, 7, 2, 3, 9, 9, 10],
+        ];
+        for ids in lists {
+            let expected = format!("[{}]", ids.iter().map(|&id| one(id)).collect::<Vec<_>>().join(","));
+            let (mut out, mut sent) = (Vec::new(), Vec::new());
+            uuids.write_list(&mut out, ids.iter().copied(), &mut |out: &mut Vec<u8>| sent.append(out));
+            sent.append(&mut out);
+            assert_eq!(String::from_utf8_lossy(&sent), expected, "{ids:?}");
         }
     }
 
