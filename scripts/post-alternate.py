@@ -4,8 +4,10 @@ python3 scripts/post-alternate.py BODY ROUNDS BIN... (config: $POST_CONFIG, defa
 ../shared/bench/bench-config.json). Per binary: wall per POST (first byte sent to last byte
 answered), effective throughput (body bytes / wall), server CPU per POST (/proc/PID/stat, 10 ms
 ticks), VmHWM, the peak above the idle RSS (× the body), and VmRSS 5 s after the burst. See BENCHMARKS.md.
+The peak of anonymous memory (RssAnon, sampled every ~1 ms during the POSTs) is printed too:
+unlike VmHWM it leaves out the binary's own pages, which differ between builds by layout.
 """
-import http.client, os, socket, subprocess, sys, time, statistics as st
+import http.client, os, socket, subprocess, sys, threading, time, statistics as st
 body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 path = os.environ.get("POST_PATH", "/allocate")
 body = open(body_path, 'rb').read()
@@ -26,19 +28,39 @@ def hwm(pid, key="VmHWM"):
     for l in open(f"/proc/{pid}/status"):
         if l.startswith(key): return int(l.split()[1]) / 1024
 idle = {b: hwm(proc.pid, "VmRSS") for b, _, proc in servers}
+idle_anon = {b: hwm(proc.pid, "RssAnon") for b, _, proc in servers}
+peak_anon = dict(idle_anon)
+watched = [None]
+def sample_anon():
+    while True:
+        w = watched[0]
+        if w == "stop":
+            return
+        if w is not None:
+            b, pid = w
+            try:
+                peak_anon[b] = max(peak_anon[b], hwm(pid, "RssAnon"))
+            except (OSError, TypeError):
+                pass
+        time.sleep(0.001)
+sampler = threading.Thread(target=sample_anon, daemon=True)
+sampler.start()
 conns = {b: http.client.HTTPConnection("127.0.0.1", p) for b, p, _ in servers}
 res = {b: ([], []) for b in bins}
 for r in range(rounds + 1):
     for b, p, proc in servers:
         c = conns[b]
+        watched[0] = (b, proc.pid)
         c0 = cpu(proc.pid); t0 = time.perf_counter()
         c.request("POST", path, body, {"Content-Type": "application/json"})
         resp = c.getresponse(); data = resp.read()
         t1 = time.perf_counter()
         time.sleep(0.3)  # let the freeing after the answer finish before reading CPU
         c1 = cpu(proc.pid)
+        watched[0] = None
         assert resp.status == 200, (b, resp.status, data[:200])
         if r: res[b][0].append((t1 - t0) * 1e3); res[b][1].append((c1 - c0) * 1e3)
+watched[0] = "stop"
 time.sleep(5)
 for b, p, proc in servers:
     w, c = res[b]
@@ -46,5 +68,7 @@ for b, p, proc in servers:
     print(f"{b}: POST wall median {st.median(w):.1f} ms (min {min(w):.1f}), {len(body)/st.median(w)/1e6:.2f} GB/s; server CPU median {st.median(c):.0f} ms (mean {st.mean(c):.0f}); VmHWM {hwm(proc.pid):.1f} MiB")
     grew = (hwm(proc.pid) - idle[b]) * 2**20
     print(f"{b}: VmRSS idle before the first POST {idle[b]:.1f} MiB; peak above it {grew/1e6:.1f} MB = {grew/len(body):.2f}x the body")
+    grew_anon = (peak_anon[b] - idle_anon[b]) * 2**20
+    print(f"{b}: RssAnon idle {idle_anon[b]:.1f} MiB; sampled peak above it {grew_anon/1e6:.1f} MB = {grew_anon/len(body):.2f}x the body")
     proc.terminate()
 print(open("/proc/loadavg").read().strip())
