@@ -447,8 +447,12 @@ pub struct VmMap<'a> {
 /// uuid, the key then being no more than the VM's `uuid`); any other entry holds its key
 /// and value behind one pointer. 150,000 VMs in a 5,000-server request: each byte here is
 /// 150 KB of the request's peak.
+/// Built only by [`VmEntry::new`], which picks the form.
 #[derive(Debug, Clone)]
-pub enum VmEntry<'a> {
+pub struct VmEntry<'a>(Entry<'a>);
+
+#[derive(Debug, Clone)]
+enum Entry<'a> {
     /// The value's own `uuid` (a plain VM's) is the key.
     OwnUuid(Shape<ServerVm<'a>>),
     Keyed(Box<(Cow<'a, str>, Shape<ServerVm<'a>>)>),
@@ -461,37 +465,33 @@ impl<'a> VmEntry<'a> {
             Shape::Obj(ServerVm::Plain(p)) => p.uuid().is_some_and(|u| std::ptr::eq(u, &*key) || *u == *key),
             _ => false,
         };
-        if own_uuid {
-            VmEntry::OwnUuid(value)
-        } else {
-            VmEntry::Keyed(Box::new((key, value)))
-        }
+        VmEntry(if own_uuid { Entry::OwnUuid(value) } else { Entry::Keyed(Box::new((key, value))) })
     }
 
     pub fn key(&self) -> &str {
-        match self {
-            VmEntry::OwnUuid(value) => own_uuid(value),
-            VmEntry::Keyed(pair) => &pair.0,
+        match &self.0 {
+            Entry::OwnUuid(value) => own_uuid(value),
+            Entry::Keyed(pair) => &pair.0,
         }
     }
 
     /// The key, borrowed from the body where it was.
     pub fn key_cow(&self) -> Cow<'a, str> {
-        match self {
-            VmEntry::OwnUuid(value) => Cow::Borrowed(own_uuid(value)),
-            VmEntry::Keyed(pair) => pair.0.clone(),
+        match &self.0 {
+            Entry::OwnUuid(value) => Cow::Borrowed(own_uuid(value)),
+            Entry::Keyed(pair) => pair.0.clone(),
         }
     }
 
     /// Keyed by the plain VM's own uuid (so by a lower-case uuid).
     pub fn keyed_by_own_uuid(&self) -> bool {
-        matches!(self, VmEntry::OwnUuid(_))
+        matches!(self.0, Entry::OwnUuid(_))
     }
 
     pub fn value(&self) -> &Shape<ServerVm<'a>> {
-        match self {
-            VmEntry::OwnUuid(value) => value,
-            VmEntry::Keyed(pair) => &pair.1,
+        match &self.0 {
+            Entry::OwnUuid(value) => value,
+            Entry::Keyed(pair) => &pair.1,
         }
     }
 
@@ -507,15 +507,15 @@ impl<'a> VmEntry<'a> {
     }
 
     fn into_value(self) -> Shape<ServerVm<'a>> {
-        match self {
-            VmEntry::OwnUuid(value) => value,
-            VmEntry::Keyed(pair) => pair.1,
+        match self.0 {
+            Entry::OwnUuid(value) => value,
+            Entry::Keyed(pair) => pair.1,
         }
     }
 }
 
-/// The uuid of an [`VmEntry::OwnUuid`] value (which `VmEntry::new` only builds from a plain
-/// VM with one).
+/// The uuid of an `Entry::OwnUuid` value (which `VmEntry::new` only builds from a plain VM
+/// with one).
 fn own_uuid<'a>(value: &Shape<ServerVm<'a>>) -> &'a str {
     match value {
         Shape::Obj(ServerVm::Plain(p)) => p.uuid().unwrap_or_default(),
