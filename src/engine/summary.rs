@@ -175,9 +175,14 @@ const ENTRIES_PER_PART_CHECK: usize = 512;
 /// Offers what `out` holds to `part_done` before the `i`th entry of a list, every
 /// [`ENTRIES_PER_PART_CHECK`] entries.
 pub(super) fn offer_part_before(i: usize, out: &mut Vec<u8>, part_done: &mut dyn FnMut(&mut Vec<u8>)) {
-    if i > 0 && i.is_multiple_of(ENTRIES_PER_PART_CHECK) {
+    if part_due_before(i) {
         part_done(out);
     }
+}
+
+/// Whether a part is offered before the `i`th entry of a list.
+fn part_due_before(i: usize) -> bool {
+    i > 0 && i.is_multiple_of(ENTRIES_PER_PART_CHECK)
 }
 
 /// Every server's uuid as JSON (`null` for a server without one), each followed by a
@@ -223,22 +228,19 @@ impl UuidJson {
     ) {
         out.push(b'[');
         // The run of consecutive servers not yet written: `first..end`.
-        let (mut first, mut end, mut count) = (0, 0, 0);
+        let (mut first, mut end) = (0, 0);
         for (i, id) in ids.enumerate() {
-            count += 1;
-            let part_check = i > 0 && i.is_multiple_of(ENTRIES_PER_PART_CHECK);
-            if id != end || part_check {
+            let part_due = part_due_before(i);
+            if id != end || part_due {
                 out.extend_from_slice(self.run(first, end));
-                if part_check {
-                    part_done(out);
-                }
+                offer_part_before(i, out, part_done);
                 first = id;
             }
             end = id + 1;
         }
         out.extend_from_slice(self.run(first, end));
-        if count > 0 {
-            // The last uuid's comma (the last run is never empty).
+        // The last uuid's comma: the last run is empty only when the list is.
+        if end > first {
             out.pop();
         }
         out.push(b']');
