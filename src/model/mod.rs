@@ -16,7 +16,7 @@ mod vms;
 pub use request::{AllocateBody, BatchFields, BodyError, FieldError, ParamType, RawParams};
 pub use shape::{EmptyValue, Shape};
 pub use vms::{
-    owner_bits, FullVm, PlainFields, PlainVm, ServerVm, UuidRef, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM,
+    owner_bits, FullVm, PlainFields, PlainVm, ServerVm, SmallNum, UuidRef, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM,
 };
 
 use serde::Deserialize;

@@ -91,8 +91,8 @@ impl std::fmt::Debug for PlainVm<'_> {
 }
 
 /// A VM's fields as read, before choosing its form: strings borrowed from the body (the
-/// uuids already checked, as readers check them where they read them), absent numbers NaN
-/// (JSON numbers never are).
+/// uuids already checked, as readers check them where they read them), numbers in the
+/// compact form (a reader keeps the whole VM for one that does not fit it).
 #[derive(Debug, Clone, Copy)]
 pub struct PlainFields<'a> {
     pub uuid: Option<UuidRef<'a>>,
@@ -100,9 +100,9 @@ pub struct PlainFields<'a> {
     pub brand: Option<&'a str>,
     pub state: &'a str,
     pub alias: Option<&'a str>,
-    pub max_physical_memory_mib: f64,
-    pub quota_gib: f64,
-    pub cpu_cap_pct: f64,
+    pub max_physical_memory_mib: SmallNum,
+    pub quota_gib: SmallNum,
+    pub cpu_cap_pct: SmallNum,
 }
 
 /// A lower-case uuid borrowed from the request body, behind a thin pointer (its length is
@@ -129,7 +129,7 @@ impl<'a> UuidRef<'a> {
     #[inline]
     pub fn from_bytes_like(known: Option<UuidRef<'a>>, b: &'a [u8]) -> Option<UuidRef<'a>> {
         match known {
-            Some(k) if k.0[..] == *b => Some(k),
+            Some(k) if <&[u8; 36]>::try_from(b).is_ok_and(|b| same_36(b, k.0)) => Some(k),
             _ => UuidRef::from_bytes(b),
         }
     }
@@ -138,6 +138,28 @@ impl<'a> UuidRef<'a> {
         // SAFETY: the bytes are uuid-shaped, so ASCII (the constructors check it).
         unsafe { std::str::from_utf8_unchecked(self.0) }
     }
+}
+
+/// Whether two 36-byte texts are the same, in three word compares (an array `==` of this
+/// size calls `memcmp`; this runs for every VM read).
+#[inline(always)]
+fn same_36(a: &[u8; 36], b: &[u8; 36]) -> bool {
+    let (a_head, a_tail) = a.split_at(32);
+    let (b_head, b_tail) = b.split_at(32);
+    let words = |head: &[u8]| -> [u128; 2] {
+        let word = |i: usize| {
+            let mut w = [0u8; 16];
+            w.copy_from_slice(&head[16 * i..16 * i + 16]);
+            u128::from_ne_bytes(w)
+        };
+        [word(0), word(1)]
+    };
+    let tail = |t: &[u8]| {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(t);
+        u32::from_ne_bytes(w)
+    };
+    words(a_head) == words(b_head) && tail(a_tail) == tail(b_tail)
 }
 
 impl std::fmt::Debug for UuidRef<'_> {
@@ -152,16 +174,22 @@ impl std::fmt::Debug for UuidRef<'_> {
 pub struct SmallNum(u32);
 
 impl SmallNum {
-    const ABSENT: SmallNum = SmallNum(u32::MAX);
+    pub const ABSENT: SmallNum = SmallNum(u32::MAX);
 
     /// `n` when it fits (NaN, an absent number, is [`SmallNum::ABSENT`]); `None` for a
     /// fraction, a negative number, −0 or one too large.
-    fn of(n: f64) -> Option<SmallNum> {
+    pub fn of(n: f64) -> Option<SmallNum> {
         if n.is_nan() {
             return Some(SmallNum::ABSENT);
         }
         let whole = n as u32;
         (f64::from(whole) == n && whole != u32::MAX && n.to_bits() != (-0.0f64).to_bits()).then_some(SmallNum(whole))
+    }
+
+    /// [`SmallNum::of`] a whole number as the fast readers read it, without the double.
+    #[inline]
+    pub fn of_whole(n: u64) -> Option<SmallNum> {
+        u32::try_from(n).ok().filter(|&n| n != u32::MAX).map(SmallNum)
     }
 
     /// The number as an integer, `None` when absent.
@@ -179,6 +207,16 @@ impl SmallNum {
     }
 }
 
+/// `text`'s bytes as an array (its length being `N`).
+const fn word_bytes<const N: usize>(text: &str) -> [u8; N] {
+    let (mut word, mut i) = ([0u8; N], 0);
+    while i < N {
+        word[i] = text.as_bytes()[i];
+        i += 1;
+    }
+    word
+}
+
 /// Declares a one-byte enum of the usual values of a VM string field, so that a plain VM
 /// holds the byte rather than a 16-byte `&str` (any other value keeps the VM a [`FullVm`]).
 macro_rules! vm_words {
@@ -188,11 +226,19 @@ macro_rules! vm_words {
         pub enum $name { $($variant,)* }
 
         impl $name {
+            /// Compared as fixed-size arrays after the length: inline word compares, where
+            /// a `match` on the text calls `memcmp` for each word of the same length (this
+            /// runs for every VM read).
             fn of(s: &str) -> Option<$name> {
-                match s {
-                    $($text => Some($name::$variant),)*
-                    _ => None,
-                }
+                let b = s.as_bytes();
+                $({
+                    const N: usize = $text.len();
+                    const WORD: [u8; N] = word_bytes($text);
+                    if <&[u8; N]>::try_from(b).is_ok_and(|a| *a == WORD) {
+                        return Some($name::$variant);
+                    }
+                })*
+                None
             }
 
             pub fn as_str(self) -> &'static str {
@@ -295,14 +341,23 @@ impl<'a> PlainVm<'a> {
             uuid: f.uuid,
             owner_uuid: Some(f.owner_uuid),
             alias,
-            max_physical_memory_mib: SmallNum::of(f.max_physical_memory_mib)?,
-            quota_gib: SmallNum::of(f.quota_gib)?,
-            cpu_cap_pct: SmallNum::of(f.cpu_cap_pct)?,
+            max_physical_memory_mib: f.max_physical_memory_mib,
+            quota_gib: f.quota_gib,
+            cpu_cap_pct: f.cpu_cap_pct,
             alias_len,
             brand,
             state: Some(VmState::of(f.state)?),
         };
-        super::schema::plain_numbers_valid(f.max_physical_memory_mib, f.quota_gib, f.cpu_cap_pct).then_some(vm)
+        vm.numbers_valid().then_some(vm)
+    }
+
+    /// The schema's number checks for a VM ([`super::schema::plain_numbers_valid`]) on the
+    /// compact numbers, which are whole and ≥ 0 already: `max_physical_memory` ≥ 1,
+    /// `cpu_cap` absent or ≥ 1 (`quota`, absent or ≥ 0, always passes). Integer compares
+    /// rather than the doubles' (this runs for every VM read).
+    fn numbers_valid(&self) -> bool {
+        let from_one = |n: SmallNum| n != SmallNum::ABSENT && n.0 >= 1;
+        from_one(self.max_physical_memory_mib) && (self.cpu_cap_pct == SmallNum::ABSENT || from_one(self.cpu_cap_pct))
     }
 
     /// The VM's `uuid`, when it has one.
@@ -737,9 +792,9 @@ mod tests {
             brand: Some("joyent"),
             state: "running",
             alias,
-            max_physical_memory_mib: 512.0,
-            quota_gib: 10.0,
-            cpu_cap_pct: f64::NAN,
+            max_physical_memory_mib: SmallNum(512),
+            quota_gib: SmallNum(10),
+            cpu_cap_pct: SmallNum::ABSENT,
         }
     }
 
@@ -762,6 +817,46 @@ mod tests {
         let many = map_of(2_049);
         assert_eq!((many.ram_sums, many.cap_sum), (None, None));
         assert_eq!(std::mem::size_of::<VmSummary>(), 96);
+    }
+
+    /// A VM whose numbers fit the compact form is plain with them exactly when the three
+    /// pass the schema's checks, as doubles; a whole number read as an integer fits as its
+    /// double does.
+    #[test]
+    fn the_compact_number_checks_are_the_schemas() {
+        let values =
+            [f64::NAN, 0.0, -0.0, 0.5, 1.0, 1.5, 2.0, -1.0, 4096.0, 0.999, 4_294_967_294.0, 4_294_967_295.0, 1e300];
+        for ram in values {
+            for quota in values {
+                for cap in values {
+                    let expected = crate::model::schema::plain_numbers_valid(ram, quota, cap);
+                    let (Some(r), Some(q), Some(c)) = (SmallNum::of(ram), SmallNum::of(quota), SmallNum::of(cap))
+                    else {
+                        continue;
+                    };
+                    let f = PlainFields { max_physical_memory_mib: r, quota_gib: q, cpu_cap_pct: c, ..fields(None) };
+                    assert_eq!(PlainVm::new(f).is_some(), expected, "{ram} {quota} {cap}");
+                }
+            }
+        }
+        for n in [0, 1, 4096, 4_294_967_294, 4_294_967_295, 4_294_967_296, 999_999_999_999_999] {
+            assert_eq!(SmallNum::of_whole(n), SmallNum::of(n as f64), "{n}");
+        }
+    }
+
+    /// The usual words are told from any other text, a prefix or a longer one included.
+    #[test]
+    fn the_usual_words_and_no_others() {
+        for word in ["running", "stopped", "shutting_down", "uninitialized", "unknown", "down"] {
+            assert_eq!(VmState::of(word).map(VmState::as_str), Some(word));
+        }
+        for word in ["joyent", "joyent-minimal", "lx", "kvm", "bhyve", "builder"] {
+            assert_eq!(Brand::of(word).map(Brand::as_str), Some(word));
+        }
+        for other in ["", "run", "runnin", "runningg", "Running", "running\0", "joyent-", "l", "lxx", "kvm "] {
+            assert_eq!(VmState::of(other), None, "{other:?}");
+            assert_eq!(Brand::of(other), None, "{other:?}");
+        }
     }
 
     #[test]

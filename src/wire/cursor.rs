@@ -39,6 +39,12 @@ pub fn text_between(text: &str, start: usize, end: usize) -> Option<&str> {
 /// [`Cursor::small_uint`] at `at`: the number and the position after it.
 #[inline(always)]
 pub fn small_uint_at(bytes: &[u8], at: usize) -> Option<(f64, usize)> {
+    small_whole_at(bytes, at).map(|(value, end)| (value as f64, end))
+}
+
+/// [`small_uint_at`], the number as the integer it is (below 10^15, so its double is exact).
+#[inline(always)]
+pub fn small_whole_at(bytes: &[u8], at: usize) -> Option<(u64, usize)> {
     let mut value = 0u64;
     let mut end = at;
     while let Some(&d) = bytes.get(end) {
@@ -61,7 +67,7 @@ pub fn small_uint_at(bytes: &[u8], at: usize) -> Option<(f64, usize)> {
         None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') => {}
         Some(_) => return None,
     }
-    Some((value as f64, end))
+    Some((value, end))
 }
 
 impl<'a> Cursor<'a> {
@@ -283,6 +289,29 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Numbers short and long, with every ending, in the middle of a text and at its end.
+    #[test]
+    fn small_whole_numbers_read_as_json_writes_them() {
+        let expected = |b: &[u8]| {
+            let digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
+            let value = b[..digits].iter().fold(0u64, |v, &d| v.wrapping_mul(10).wrapping_add(u64::from(d - b'0')));
+            let ends = matches!(b.get(digits), None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
+            (digits > 0 && digits <= 15 && !(digits > 1 && b[0] == b'0') && ends).then_some((value, digits))
+        };
+        let numbers = ["", "0", "7", "00", "01", "10", "512", "0512", "1048576", "4294967295", "123456789012345"];
+        for number in numbers.iter().chain(&["1234567890123456", "1.5", "1e3", "-1", "x"]) {
+            for ending in [",", "}", "]", " ", "\t", "\n", "\r", "x", ".", "e", "\"", ""] {
+                for padding in ["", "aaaaaaaaaaaaaaaa", "0000000000000000"] {
+                    let text = format!("{number}{ending}{padding}");
+                    assert_eq!(small_whole_at(text.as_bytes(), 0), expected(text.as_bytes()), "{text:?}");
+                    let shifted = format!(" {text}");
+                    let at_one = expected(text.as_bytes()).map(|(v, n)| (v, n + 1));
+                    assert_eq!(small_whole_at(shifted.as_bytes(), 1), at_one, "{shifted:?}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn fast_reads_agree_with_serde_or_give_up() {

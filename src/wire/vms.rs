@@ -9,10 +9,10 @@ use std::collections::HashMap;
 use serde::de::{value::MapAccessDeserializer, value::SeqAccessDeserializer, Deserialize, Deserializer};
 use serde::de::{MapAccess, SeqAccess, Visitor};
 
-use super::cursor::{small_uint_at, text_between, Cursor};
+use super::cursor::{small_whole_at, text_between, Cursor};
 use crate::fxhash::FxBuild;
 use crate::js::Js;
-use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, UuidRef, VmEntry, VmMap};
+use crate::model::{FullVm, PlainFields, PlainVm, ServerVm, Shape, SmallNum, UuidRef, VmEntry, VmMap};
 
 /// A field as the parser first sees it: borrowed string, number, absent, or anything else.
 #[derive(Debug, Default)]
@@ -150,9 +150,9 @@ impl<'a> Received<'a> {
             brand: self.brand.opt_str()?,
             state: self.state.str()?,
             alias: self.alias.opt_str()?,
-            max_physical_memory_mib: self.max_physical_memory.opt_num()?,
-            quota_gib: self.quota.opt_num()?,
-            cpu_cap_pct: self.cpu_cap.opt_num()?,
+            max_physical_memory_mib: SmallNum::of(self.max_physical_memory.opt_num()?)?,
+            quota_gib: SmallNum::of(self.quota.opt_num()?)?,
+            cpu_cap_pct: SmallNum::of(self.cpu_cap.opt_num()?)?,
         })
     }
 
@@ -458,9 +458,9 @@ struct Fields<'a> {
     brand: Option<&'a str>,
     state: Option<&'a str>,
     alias: Option<&'a str>,
-    ram: f64,
-    quota: f64,
-    cap: f64,
+    ram: SmallNum,
+    quota: SmallNum,
+    cap: SmallNum,
     /// The known fields read, by their bit.
     seen: u16,
     /// The VM's key in `server.vms`, when it is a uuid (checked already).
@@ -476,9 +476,9 @@ impl<'a> Fields<'a> {
             brand: None,
             state: None,
             alias: None,
-            ram: f64::NAN,
-            quota: f64::NAN,
-            cap: f64::NAN,
+            ram: SmallNum::ABSENT,
+            quota: SmallNum::ABSENT,
+            cap: SmallNum::ABSENT,
             seen: 0,
         }
     }
@@ -517,11 +517,13 @@ impl<'a> Fields<'a> {
                 end + 1
             }
             Kind::Num => {
-                let (n, end) = small_uint_at(bytes, at)?;
+                let (n, end) = small_whole_at(bytes, at)?;
+                // A known field's number must fit the compact form; another field's
+                // is only stepped over.
                 match field {
-                    Some(4) => self.ram = n,
-                    Some(5) => self.quota = n,
-                    Some(6) => self.cap = n,
+                    Some(4) => self.ram = SmallNum::of_whole(n)?,
+                    Some(5) => self.quota = SmallNum::of_whole(n)?,
+                    Some(6) => self.cap = SmallNum::of_whole(n)?,
                     _ => {}
                 }
                 end
@@ -613,7 +615,7 @@ fn read_plain_vm<'a>(c: &mut Cursor<'a>, key: Option<UuidRef<'a>>) -> Option<Ser
         place += 1;
     }
     c.pos += 1;
-    // Required: owner_uuid, state, max_physical_memory (a missing one is NaN, which
+    // Required: owner_uuid, state, max_physical_memory (a missing one is absent, which
     // `PlainVm::new` refuses with the schema).
     PlainVm::new(PlainFields {
         uuid: vm.uuid,
