@@ -613,8 +613,12 @@ pub struct VmSummary {
 #[inline]
 pub fn owner_bits(owner: &str) -> (u8, u8) {
     let mut b = [0u8; 4];
-    let n = owner.len().min(4);
-    b[..n].copy_from_slice(&owner.as_bytes()[..n]);
+    match owner.as_bytes().first_chunk::<4>() {
+        // A fixed-size copy, inline (a copy of a variable length calls `memcpy`, and this
+        // runs for every VM read).
+        Some(first) => b = *first,
+        None => b[..owner.len()].copy_from_slice(owner.as_bytes()),
+    }
     let nib = |i: usize| (b[i] & 0x0f) + 9 * (b[i] >> 6);
     (nib(0) << 4 | (nib(1) & 0x0f), nib(2) << 4 | (nib(3) & 0x0f))
 }

@@ -268,8 +268,11 @@ impl<'a> Builder<'a> {
 fn fingerprint(key: &str) -> usize {
     let b = key.as_bytes();
     let mut word = [0u8; 8];
-    let n = b.len().min(8);
-    word[..n].copy_from_slice(&b[..n]);
+    match b.first_chunk::<8>() {
+        // Inline, where a copy of a variable length calls `memcpy` (for every VM read).
+        Some(first) => word = *first,
+        None => word[..b.len()].copy_from_slice(b),
+    }
     let mixed = (u64::from_le_bytes(word) ^ b.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (mixed >> 54) as usize
 }
