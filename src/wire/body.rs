@@ -116,8 +116,7 @@ fn read_ahead<'a>(text: &'a str, from: usize, stop: &AtomicBool) -> ReadAheadSer
     let mut c = Cursor::at(text, from);
     let mut read = ReadAheadServers { end: from, ..ReadAheadServers::default() };
     while !stop.load(Ordering::Relaxed) && c.peek() == Some(b'{') {
-        let Ok((server, raw)) = c.server() else { break };
-        read.servers.push(server);
+        let Ok(raw) = c.server_onto(&mut read.servers) else { break };
         read.raws.push(raw);
         read.end = c.pos;
         if read.servers.len() == 1 {
@@ -141,31 +140,40 @@ enum ServersMember<'a> {
 /// The top-level object and the servers array are walked with a [`Cursor`] so that each
 /// server is read once, straight into its typed form, while its text is remembered.
 impl<'a> Cursor<'a> {
-    /// The server object at the cursor and its text: read field by field with the fast
-    /// readers where they apply; a server they give up on is read again by serde_json
-    /// (which also words any error).
-    fn server(&mut self) -> serde_json::Result<(Server<'a>, &'a str)> {
+    /// The server object at the cursor, added to `servers`, and its text: read field by
+    /// field with the fast readers where they apply; a server they give up on is read
+    /// again by serde_json (which also words any error; nothing is added then). Built in
+    /// its place in the list: a `Server` is over a kilobyte, and returning it up through
+    /// the readers copied it four times.
+    fn server_onto(&mut self, servers: &mut Vec<Server<'a>>) -> serde_json::Result<&'a str> {
         self.peek();
         let start = self.pos;
-        let (server, raw) = match self.server_fast() {
-            Some(server) => (server, &self.text[start..self.pos]),
-            None => {
-                self.pos = start;
-                self.value::<Server>()?
+        let at = servers.len();
+        servers.push(Server::default());
+        let server = &mut servers[at];
+        if self.server_fast(server).is_none() {
+            self.pos = start;
+            match self.value::<Server>() {
+                Ok((read, _)) => *server = read,
+                Err(e) => {
+                    servers.truncate(at);
+                    return Err(e);
+                }
             }
-        };
+        }
         // While the server's data is at hand.
         server.schema_violation();
-        Ok((server, raw))
+        Ok(&self.text[start..self.pos])
     }
 
-    fn server_fast(&mut self) -> Option<Server<'a>> {
+    /// Reads the server at the cursor into `s` (a default server), or gives up (`None`,
+    /// `s` then partly filled).
+    fn server_fast(&mut self, s: &mut Server<'a>) -> Option<()> {
         if !self.eat(b'{') {
             return None;
         }
-        let mut s = Server::default();
         if self.eat(b'}') {
-            return Some(s);
+            return Some(());
         }
         loop {
             let key = self.key()?;
@@ -185,7 +193,7 @@ impl<'a> Cursor<'a> {
                 }
             }
             if self.eat(b'}') {
-                return Some(s);
+                return Some(());
             }
             if !self.eat(b',') {
                 return None;
@@ -263,10 +271,9 @@ impl<'a> Cursor<'a> {
             }
             let field = || format!("servers[{i}]");
             if next == Some(b'{') {
-                match self.server() {
-                    Ok((server, raw)) => {
+                match self.server_onto(&mut servers) {
+                    Ok(raw) => {
                         raws.push(raw);
-                        servers.push(server);
                         if servers.len() == 1 {
                             reserve_for_rest(&mut raws, &mut servers, self.text.len() - self.pos);
                         }
@@ -603,19 +610,19 @@ impl<'a> ArrivingText<'a> {
     }
 }
 
-/// The next element of the servers array: `Some(None)` at its end, `None` when it cannot be
-/// read (cut short, or not an ordinary server).
-fn next_server<'a>(c: &mut Cursor<'a>, first: bool) -> Option<Option<(Server<'a>, &'a str)>> {
+/// The next element of the servers array, added to `servers`: its text, `Some(None)` at the
+/// array's end, `None` when it cannot be read (cut short, or not an ordinary server).
+fn next_server<'a>(c: &mut Cursor<'a>, servers: &mut Vec<Server<'a>>) -> Option<Option<&'a str>> {
     if c.eat(b']') {
         return Some(None);
     }
-    if !first && !c.eat(b',') {
+    if !servers.is_empty() && !c.eat(b',') {
         return None;
     }
     if c.peek() != Some(b'{') {
         return None;
     }
-    c.server().ok().map(Some)
+    c.server_onto(servers).ok().map(Some)
 }
 
 /// Walks an arriving body whose first member is `servers`, reading each server as soon as
@@ -645,11 +652,10 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
             vm_shape: std::mem::take(&mut c.vm_shape),
             strings: std::mem::take(&mut c.strings),
         };
-        let next = next_server(&mut attempt, servers.is_empty());
+        let next = next_server(&mut attempt, &mut servers);
         (c.vm_shape, c.strings) = (attempt.vm_shape, attempt.strings);
         match next {
-            Some(Some((server, raw))) => {
-                servers.push(server);
+            Some(Some(raw)) => {
                 raws.push(raw);
                 c.pos = attempt.pos;
                 if servers.len() == 1 {
@@ -906,9 +912,12 @@ pub(crate) mod tests {
         for body in &bodies {
             let serde = json::from_str::<Server>(body);
             let mut c = Cursor::new(body);
-            let fast = c.server();
+            let mut read = Vec::new();
+            let fast = c.server_onto(&mut read);
+            assert!(read.len() == usize::from(fast.is_ok()), "{body}: a server added only when read");
             match (serde, fast) {
-                (Ok(a), Ok((b, raw))) => {
+                (Ok(a), Ok(raw)) => {
+                    let b = &read[0];
                     assert_eq!(a.schema_violation(), b.schema_violation());
                     assert_eq!(format!("{a:?}"), format!("{b:?}"), "{body}");
                     assert_eq!(raw, body.trim());
