@@ -170,36 +170,16 @@ fn rss_child(op: &str, path: &str) {
     let before = vm_hwm_kib();
     match op {
         "none" => {}
-        "serde_value" => {
-            let v = serde_json::from_slice::<serde_json::Value>(b).unwrap();
-            black_box(&v);
-            println!("{op} hwm_after_read={before} hwm_after_parse={}", vm_hwm_kib());
-            std::mem::forget(v);
-            return;
-        }
-        "sonic_value" => {
-            let v = sonic_rs::from_slice::<sonic_rs::Value>(b).unwrap();
-            black_box(&v);
-            println!("{op} hwm_after_read={before} hwm_after_parse={}", vm_hwm_kib());
-            std::mem::forget(v);
-            return;
-        }
-        "simd_borrowed" => {
+        "serde_value" => return hold(op, before, serde_json::from_slice::<serde_json::Value>(b).unwrap()),
+        "sonic_value" => return hold(op, before, sonic_rs::from_slice::<sonic_rs::Value>(b).unwrap()),
+        "simd_borrowed" | "simd_tape" => {
+            // simd-json parses in place: its copy of the body counts before the parse.
             let mut buf = bytes.clone();
-            let before2 = vm_hwm_kib();
-            let v = simd_json::to_borrowed_value(&mut buf).unwrap();
-            black_box(&v);
-            println!("{op} hwm_after_read+copy={before2} hwm_after_parse={}", vm_hwm_kib());
-            std::mem::forget(v);
-            return;
-        }
-        "simd_tape" => {
-            let mut buf = bytes.clone();
-            let before2 = vm_hwm_kib();
-            let v = simd_json::to_tape(&mut buf).unwrap();
-            black_box(&v);
-            println!("{op} hwm_after_read+copy={before2} hwm_after_parse={}", vm_hwm_kib());
-            std::mem::forget(v);
+            let before = vm_hwm_kib();
+            match op {
+                "simd_tape" => hold(op, before, simd_json::to_tape(&mut buf).unwrap()),
+                _ => hold(op, before, simd_json::to_borrowed_value(&mut buf).unwrap()),
+            }
             return;
         }
         "sonic_lazy" => {
@@ -209,6 +189,14 @@ fn rss_child(op: &str, path: &str) {
         _ => panic!("unknown op {op}"),
     }
     println!("{op} hwm_after_read={before} hwm_after_op={}", vm_hwm_kib());
+}
+
+/// Prints the peak RSS before and after the parse that made `value`, which is kept (never
+/// freed) so that nothing is given back before the peak is read.
+fn hold<T>(op: &str, before: u64, value: T) {
+    black_box(&value);
+    println!("{op} hwm_before={before} hwm_after_parse={}", vm_hwm_kib());
+    std::mem::forget(value);
 }
 
 fn main() {
