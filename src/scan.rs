@@ -32,6 +32,17 @@ pub fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
     return words::string_end(bytes, from);
 }
 
+/// One bit per byte where `a` and `b` differ (bit `i` for byte `i`): the VM reader's test
+/// of the text between two values against the last VM's.
+#[inline(always)]
+pub fn differing_bytes(a: &[u8; 32], b: &[u8; 32]) -> u32 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    // SAFETY: as above.
+    return unsafe { sse2::differing_bytes(a, b) };
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    return words::differing_bytes(a, b);
+}
+
 /// `^[a-f0-9]{8}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{4}-[a-f0-9]{12}$` on bytes.
 #[inline]
 pub fn uuid_shaped(b: &[u8]) -> bool {
@@ -133,6 +144,18 @@ mod sse2 {
         super::words::string_end(bytes, i)
     }
 
+    #[inline]
+    #[target_feature(enable = "sse2")]
+    pub fn differing_bytes(a: &[u8; 32], b: &[u8; 32]) -> u32 {
+        let half = |x: &[u8; 32], at: usize| {
+            let mut h = [0u8; 16];
+            h.copy_from_slice(&x[at..at + 16]);
+            load(&h)
+        };
+        let equal = mask(_mm_cmpeq_epi8(half(a, 0), half(b, 0))) | mask(_mm_cmpeq_epi8(half(a, 16), half(b, 16))) << 16;
+        !equal
+    }
+
     /// Which of the 16 bytes of `v` are lower-case hex digits, and which are dashes.
     #[inline]
     #[target_feature(enable = "sse2")]
@@ -183,6 +206,11 @@ mod words {
             i += 8;
         }
         bytes.get(i..)?.iter().position(|&b| super::string_stop(b)).map(|p| i + p)
+    }
+
+    #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+    pub fn differing_bytes(a: &[u8; 32], b: &[u8; 32]) -> u32 {
+        (0..32).filter(|&i| a[i] != b[i]).fold(0, |bits, i| bits | 1 << i)
     }
 
     /// Whether all eight bytes of `w` are lower-case hex digits: with each byte's high bit
@@ -239,6 +267,24 @@ mod tests {
     }
 
     /// Every byte value at every position of a valid uuid, in both forms.
+    #[test]
+    fn differing_bytes_are_marked_one_by_one() {
+        let a: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
+        assert_eq!(differing_bytes(&a, &a), 0);
+        for i in 0..32 {
+            for flip in [1u8, 0x80, 0xff] {
+                let mut b = a;
+                b[i] ^= flip;
+                assert_eq!(differing_bytes(&a, &b), 1 << i);
+                assert_eq!(words::differing_bytes(&a, &b), 1 << i);
+            }
+        }
+        let b: [u8; 32] = std::array::from_fn(|i| if i % 3 == 0 { a[i] } else { !a[i] });
+        let expected = (0..32).filter(|i| i % 3 != 0).fold(0u32, |m, i| m | 1 << i);
+        assert_eq!(differing_bytes(&a, &b), expected);
+        assert_eq!(words::differing_bytes(&a, &b), expected);
+    }
+
     #[test]
     fn uuid_checks_agree_with_bytes() {
         let valid = *b"0123abcd-ef45-6789-a0b1-c2d3e4f5a6b7";

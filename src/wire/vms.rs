@@ -394,7 +394,7 @@ fn field_kind(field: u32) -> Option<Kind> {
 ///
 /// The VMs of a body nearly always have the same fields in the same order, written the
 /// same way, so the reader first compares the bytes after each value with the separator in
-/// that place in the last VM (four masked word compares) and then reads the value it leads
+/// that place in the last VM (two 16-byte compares) and then reads the value it leads
 /// to; only where they differ does it look for the key's end, match the key, and learn the
 /// rest of the shape from this VM. It is only ever a guess: a separator is taken only when
 /// the bytes are exactly the same, so what is read does not depend on it.
@@ -403,55 +403,44 @@ pub(super) struct VmShape {
     separators: Vec<Separator>,
 }
 
-/// One separator's text (at most [`Separator::MAX`] bytes) as words and masks, the field
-/// whose value it leads to ([`vm_field`]; `None`: a field the reader steps over) and how
-/// that value is read.
+/// One separator's text (at most [`Separator::MAX`] bytes, padded) and one bit for each of
+/// its bytes, the field
+/// whose value it leads to ([`vm_field`]; `None`: a field the reader steps over), how
+/// that value is read, and the known fields read once the shape is read up to and
+/// including it. A shape is learned only from fields read once each, so a VM that follows
+/// it needs no check for a repeated field until it leaves the shape.
 #[derive(Clone, Copy)]
 struct Separator {
-    words: [u64; 4],
-    masks: [u64; 4],
+    text: [u8; Separator::MAX],
+    bytes: u32,
     len: usize,
     field: Option<u32>,
     kind: Kind,
+    seen_through: u16,
 }
 
 impl Separator {
     const MAX: usize = 32;
 
-    fn new(text: &[u8], field: Option<u32>, kind: Kind) -> Option<Separator> {
+    fn new(text: &[u8], field: Option<u32>, kind: Kind, seen_through: u16) -> Option<Separator> {
         if text.len() > Separator::MAX {
             return None;
         }
         let mut padded = [0u8; Separator::MAX];
         padded[..text.len()].copy_from_slice(text);
-        let mut mask = [0u8; Separator::MAX];
-        mask[..text.len()].fill(0xff);
-        Some(Separator { words: words(&padded), masks: words(&mask), len: text.len(), field, kind })
+        let bytes = u32::MAX.checked_shr(32 - text.len() as u32).unwrap_or(0);
+        Some(Separator { text: padded, bytes, len: text.len(), field, kind, seen_through })
     }
 
     /// Whether this separator's text is at `at`.
     #[inline(always)]
     fn is_at(&self, bytes: &[u8], at: usize) -> bool {
         match bytes.get(at..at + Separator::MAX).and_then(|w| <&[u8; Separator::MAX]>::try_from(w).ok()) {
-            Some(window) => {
-                let w = words(window);
-                let differ = |i: usize| (w[i] ^ self.words[i]) & self.masks[i];
-                differ(0) | differ(1) | differ(2) | differ(3) == 0
-            }
+            Some(window) => crate::scan::differing_bytes(window, &self.text) & self.bytes == 0,
             // The last bytes of the body: read the ordinary way.
             None => false,
         }
     }
-}
-
-#[inline(always)]
-fn words(b: &[u8; Separator::MAX]) -> [u64; 4] {
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[8 * i..8 * i + 8]);
-        u64::from_le_bytes(w)
-    };
-    [word(0), word(1), word(2), word(3)]
 }
 
 /// A VM's fields as read so far.
@@ -488,8 +477,8 @@ impl<'a> Fields<'a> {
 
     /// Reads the value of `field` (or steps over an unknown field's) as `kind`, its text
     /// starting at `at` (a string's after its opening quote): the position after it, or
-    /// `None` when it is not a value of that kind, or the field was read before (serde's
-    /// error).
+    /// `None` when it is not a value of that kind. Whether the field was read before is
+    /// the caller's to ask ([`Fields::first_time`]).
     #[inline(always)]
     fn read(&mut self, text: &'a str, at: usize, field: Option<u32>, kind: Kind) -> Option<usize> {
         let bytes = text.as_bytes();
@@ -532,13 +521,20 @@ impl<'a> Fields<'a> {
                 end
             }
         };
+        Some(end)
+    }
+
+    /// Notes `field` read: `None` when it was read before (serde's error for a repeated
+    /// field).
+    #[inline(always)]
+    fn first_time(&mut self, field: Option<u32>) -> Option<()> {
         if let Some(i) = field {
             if self.seen & (1 << i) != 0 {
                 return None;
             }
             self.seen |= 1 << i;
         }
-        Some(end)
+        Some(())
     }
 }
 
@@ -565,6 +561,8 @@ fn read_plain_vm<'a>(c: &mut Cursor<'a>, key: Option<UuidRef<'a>>) -> Option<Ser
         }
         place += 1;
     }
+    // The fields the shape held, each once.
+    vm.seen = place.checked_sub(1).and_then(|last| c.vm_shape.separators.get(last)).map_or(0, |s| s.seen_through);
     // The rest field by field, its shape learned.
     c.vm_shape.separators.truncate(place);
     let mut learning = true;
@@ -596,6 +594,7 @@ fn read_plain_vm<'a>(c: &mut Cursor<'a>, key: Option<UuidRef<'a>>) -> Option<Ser
                     return None;
                 }
                 c.pos = vm.read(text, value_start + quoted, field, kind)?;
+                vm.first_time(field)?;
                 Some(kind)
             }
             None if c.plain_span().is_some() => Some(Kind::Str),
@@ -610,7 +609,7 @@ fn read_plain_vm<'a>(c: &mut Cursor<'a>, key: Option<UuidRef<'a>>) -> Option<Ser
                 Some(kind) => {
                     let quoted = usize::from(kind != Kind::Num);
                     let separator = bytes.get(value_end..value_start + quoted)?;
-                    Separator::new(separator, field, kind).map(|s| c.vm_shape.separators.push(s)).is_some()
+                    Separator::new(separator, field, kind, vm.seen).map(|s| c.vm_shape.separators.push(s)).is_some()
                 }
                 None => false,
             };
