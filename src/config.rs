@@ -211,7 +211,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let cores = crate::cores().unwrap_or(2);
         Limits {
             max_body_bytes: 256 * 1024 * 1024,
             max_servers: 20_000,

@@ -7,7 +7,6 @@
 //! the candidates' order, so the answer is the same either way.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
 
 use crate::engine::ServerId;
 
@@ -15,8 +14,7 @@ use crate::engine::ServerId;
 pub const PARALLEL_FROM: usize = 1024;
 
 fn cores() -> usize {
-    static CORES: OnceLock<usize> = OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    crate::cores().unwrap_or(1)
 }
 
 thread_local! {

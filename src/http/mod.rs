@@ -95,7 +95,7 @@ impl AppState {
             loaded: RwLock::new(Loaded { engine, config: Arc::new(config), custom, shadow }),
             config_file,
             permits,
-            cpu_slots: Arc::new(Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()))),
+            cpu_slots: Arc::new(Semaphore::new(crate::cores().unwrap_or(2))),
             max_permits,
             metrics,
             conns: conn::ConnStats::default(),

@@ -226,8 +226,7 @@ impl<'a> Cursor<'a> {
     /// about halfway through the rest of the body (`},{` there), if it is big and the
     /// machine has a second core.
     fn split_point(&self) -> Option<usize> {
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-        let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let cores = crate::cores().unwrap_or(1);
         let rest = self.text.len() - self.pos;
         if cores < 2 || rest < SPLIT_FROM {
             return None;

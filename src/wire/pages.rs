@@ -79,9 +79,12 @@ struct Spare {
     given_back: Condvar,
     /// Whether the freeing thread runs (if it could not start, nothing is kept).
     keeps: OnceLock<bool>,
-    /// How many buffers of one size class are kept: as many as requests can be held at once
-    /// by default (two per core), each with its body and its answer.
-    per_class: OnceLock<usize>,
+}
+
+/// How many buffers of one size class are kept: as many as requests can be held at once by
+/// default (two per core), each with its body and its answer.
+fn per_class() -> usize {
+    2 * crate::cores().unwrap_or(2)
 }
 
 impl Spare {
@@ -91,7 +94,6 @@ impl Spare {
             trim: std::sync::atomic::AtomicBool::new(false),
             given_back: Condvar::new(),
             keeps: OnceLock::new(),
-            per_class: OnceLock::new(),
         }
     }
 
@@ -112,7 +114,7 @@ impl Spare {
             drop(older);
             return;
         };
-        let per_class = *self.per_class.get_or_init(|| 2 * std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let per_class = per_class();
         let mut held = self.held();
         if held.pooled[class].len() >= per_class {
             // Freed, outside the lock.
@@ -213,7 +215,7 @@ pub fn tune_allocator(holds_inventory: bool) {
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: mallopt only tunes the allocator.
         unsafe {
-            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            let cores = crate::cores().unwrap_or(2);
             let arenas = if holds_inventory { 1 } else { (4 * cores).clamp(2, 64) };
             libc::mallopt(libc::M_ARENA_MAX, arenas as libc::c_int);
             libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
@@ -482,7 +484,7 @@ mod tests {
     #[test]
     fn a_pooled_buffer_serves_the_next_request_of_its_size_then_is_freed() {
         let spare: &'static Spare = Box::leak(Box::new(Spare::new()));
-        let per_class = 2 * std::thread::available_parallelism().map_or(2, |n| n.get());
+        let per_class = per_class();
         let mut first = Vec::with_capacity(256 << 10);
         first.extend_from_slice(b"a body");
         let at = first.as_ptr();
