@@ -363,31 +363,42 @@ pub struct CapacityAnswer {
 
 /// Parses, checks and answers one `POST /capacity` body (`{servers: [...]}` or a bare
 /// array of servers).
-pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8]) -> Result<CapacityAnswer, AnswerError> {
+/// `exiting`: as [`AnswerOptions::exiting`], what was read and built is left to the end of
+/// the process.
+pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8], exiting: bool) -> Result<CapacityAnswer, AnswerError> {
     let CapacityBody { raw_servers, servers, members } = parse_capacity_request(body)?;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
     // With `packages`: the totals and how many more VMs of each fit (crate::capacity).
     let packages = crate::capacity::package_query_in(&members).map_err(AnswerError::Invalid)?;
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
-    let mut answer = capacity.answer(&servers);
     let internal = |e: serde_json::Error| AnswerError::Internal(e.to_string());
-    let packages = match packages {
-        Some(query) => {
-            answer["totals"] = crate::capacity::totals(engine, &servers);
-            Some(crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?)
-        }
-        None => None,
+    let mut body = Vec::new();
+    let mut answer = serde_json::Value::Null;
+    let written = match packages {
+        None => capacity.write_answer(&servers, &mut body).transpose().map_err(internal)?,
+        Some(_) => None,
     };
-    let mut body = crate::js::json::to_vec(&answer).map_err(internal)?;
-    if let Some(packages) = packages {
-        // The last member, written straight from the counts.
-        body.pop();
-        body.extend_from_slice(b",\"packages\":");
-        crate::capacity::write_packages(&mut body, &packages).map_err(internal)?;
-        body.push(b'}');
+    if written.is_none() {
+        answer = capacity.answer(&servers);
+        if let Some(query) = packages {
+            answer["totals"] = crate::capacity::totals(engine, &servers);
+            let packages = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
+            body = crate::js::json::to_vec(&answer).map_err(internal)?;
+            // The last member, written straight from the counts.
+            body.pop();
+            body.extend_from_slice(b",\"packages\":");
+            crate::capacity::write_packages(&mut body, &packages).map_err(internal)?;
+            body.push(b'}');
+        } else {
+            body = crate::js::json::to_vec(&answer).map_err(internal)?;
+        }
     }
-    Ok(CapacityAnswer { servers: servers.len(), body })
+    let servers_read = servers.len();
+    if exiting {
+        std::mem::forget((raw_servers, servers, members, capacity, answer));
+    }
+    Ok(CapacityAnswer { servers: servers_read, body })
 }
 
 /// `dapi check`: the servers read and checked as `/capacity` reads them, then which could
@@ -473,7 +484,7 @@ mod tests {
         let err = allocate(&engine, &limits, &example(), AnswerOptions::default()).expect_err("over the limit");
         assert!(err.is_caller_error());
         assert!(err.to_string().starts_with("servers: 4 servers given; the limit is 1"), "{err}");
-        let err = capacity(&engine, &limits, &example()).expect_err("over the limit");
+        let err = capacity(&engine, &limits, &example(), false).expect_err("over the limit");
         assert!(err.to_string().starts_with("servers: "), "{err}");
         let err = allocate(&engine, &limits, b"{", AnswerOptions::default()).expect_err("not JSON");
         assert!(matches!(err, AnswerError::Malformed(_)), "{err:?}");

@@ -523,7 +523,7 @@ fn run(command: Command) -> Result<(), CliError> {
             if !packages.is_empty() {
                 body = Input::Read(package_body(&body, &packages, vm.as_deref(), exact)?);
             }
-            let answer = answer::capacity(&engine, &config.limits, &body)?;
+            let answer = answer::capacity(&engine, &config.limits, &body, true)?;
             if packages.is_empty() || json {
                 return print(answer.body);
             }

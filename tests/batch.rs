@@ -27,7 +27,7 @@ fn run(body: &Value, options: BatchOptions) -> Result<(Verdict, Value), AnswerEr
 fn unreserved_ram(body: &Value) -> HashMap<String, f64> {
     let (engine, limits) = engine();
     let bytes = serde_json::to_vec(body).expect("json");
-    let answer = answer::capacity(&engine, &limits, &bytes).expect("capacity");
+    let answer = answer::capacity(&engine, &limits, &bytes, false).expect("capacity");
     let v: Value = serde_json::from_slice(&answer.body).expect("json");
     v["capacities"]
         .as_object()

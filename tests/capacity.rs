@@ -47,7 +47,7 @@ fn engine(defaults: Value, with_min_disk: bool) -> Engine {
 
 fn ask(engine: &Engine, body: &Value) -> Result<Value, AnswerError> {
     let bytes = serde_json::to_vec(body).expect("JSON");
-    capacity(engine, &Limits::default(), &bytes).map(|a| serde_json::from_slice(&a.body).expect("JSON answer"))
+    capacity(engine, &Limits::default(), &bytes, false).map(|a| serde_json::from_slice(&a.body).expect("JSON answer"))
 }
 
 /// Five servers: RAM, CPU, disk and the VM-count limit each limit one; one is reserved.
@@ -70,6 +70,37 @@ fn datacenter() -> Vec<Value> {
         server("d0000000-0000-4000-8000-00000000000d", 32, 64.0, json!({"vms": vms})),
         server("e0000000-0000-4000-8000-00000000000e", 32, 64.0, json!({"reserved": true})),
     ]
+}
+
+/// The answer is written straight rather than through a JSON value: the same bytes as the
+/// value gives, with servers left out (their reasons, one keyed by a uuid that needs
+/// escaping), fractions of a MiB and of a CPU unit, and servers whose uuid is no string.
+#[test]
+fn the_answer_written_straight_is_the_value_written() {
+    let engine = engine(json!({}), true);
+    let mut servers = datacenter();
+    servers.push(server(
+        "f0000000-0000-4000-8000-00000000000f",
+        3,
+        5.3,
+        json!({"reservation_ratio": 0.1337, "overprovision_ratios": {"cpu": 1.7}}),
+    ));
+    servers.push(server("not-a-uuid \"é\\", 8, 16.0, json!({})));
+    servers.push(server("a1000000-0000-4000-8000-00000000000a", 8, 16.0, json!({"status": "unknown"})));
+    let no_uuid = {
+        let mut s = server("a2000000-0000-4000-8000-00000000000a", 8, 16.0, json!({}));
+        s["uuid"] = json!(12);
+        s
+    };
+    for servers in [servers.clone(), [servers, vec![no_uuid]].concat()] {
+        let bytes = serde_json::to_vec(&json!({ "servers": servers })).expect("JSON");
+        let straight = capacity(&engine, &Limits::default(), &bytes, false).expect("an answer").body;
+        let (_, read) = dapi::wire::parse_capacity_body(&bytes).expect("read");
+        let capacity = engine.capacity(&read).expect("capacity");
+        let via_value = dapi::js::json::to_vec(&capacity.answer(&read)).expect("JSON");
+        assert_eq!(String::from_utf8_lossy(&straight), String::from_utf8_lossy(&via_value));
+        assert!(capacity.servers.len() >= 5, "{}", String::from_utf8_lossy(&straight));
+    }
 }
 
 fn packages() -> Value {

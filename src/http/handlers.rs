@@ -416,7 +416,7 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, reply| {
         let result = (|| {
             let bytes = received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
-            let answer = answer::capacity(&engine, &app2.limits(), bytes)?;
+            let answer = answer::capacity(&engine, &app2.limits(), bytes, false)?;
             Ok((answer.body, answer.servers))
         })();
         reply.send(result);
