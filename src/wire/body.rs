@@ -375,7 +375,7 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
 /// nic_tags?, nic_tag_requirements?, seed?}`. Top-level `nic_tags` and
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
-    let text = crate::scan::utf8(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
+    let text = crate::scan::utf8_in_halves(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
     let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
     read_allocate_body(walked)
 }
@@ -514,7 +514,7 @@ pub fn parse_capacity_request(body: &[u8]) -> Result<CapacityBody<'_>, BodyError
 }
 
 fn capacity_fast(body: &[u8]) -> Option<CapacityBody<'_>> {
-    let mut cursor = Cursor::new(crate::scan::utf8(body).ok()?);
+    let mut cursor = Cursor::new(crate::scan::utf8_in_halves(body).ok()?);
     let (servers, members) = match cursor.peek()? {
         b'[' => {
             let servers = cursor.servers().ok()?;
@@ -684,9 +684,13 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
         }
     }
     servers.shrink_to_fit();
-    // The rest (vm, image, package, tickets) is small: read it once the body is whole.
+    // The rest (vm, image, package, tickets) is small: read it once the body is whole. Its
+    // bytes up to `text.valid` were checked as they came; only the rest is checked here.
     let whole = body.complete()?;
-    let whole = crate::scan::utf8(whole).ok()?;
+    crate::scan::utf8(whole.get(text.valid..)?).ok()?;
+    // SAFETY: `whole[..text.valid]` was checked as UTF-8 piece by piece, ending on a
+    // character boundary (`ArrivingText::grow`), and the rest just now.
+    let whole = unsafe { std::str::from_utf8_unchecked(whole) };
     let mut c = Cursor::at(whole, c.pos);
     c.allocate_body_members(TopLevel::new(), Some(ServersMember::Array(Ok((raws, servers)))), false).ok()
 }
