@@ -3,10 +3,11 @@
 //! bytes are the uuids of VMs and their owners), and which bytes of the text between two
 //! VM fields differ from the last VM's.
 //!
-//! The UTF-8 check is `simdutf8`'s (several times std's speed). The others read 16 bytes at
-//! a time with SSE2 on x86_64, which every x86_64 CPU has (no detection at run time), and
-//! eight at a time in a `u64` (or one by one) elsewhere; both forms are tested against each
-//! other or the byte-by-byte definitions below.
+//! The UTF-8 check is `simdutf8`'s (several times std's speed), a whole big body's in two
+//! halves at once (`utf8_in_halves`). The others read 16 bytes at a time with SSE2 on
+//! x86_64, which every x86_64 CPU has (no detection at run time), and eight at a time in a
+//! `u64` (or one by one) elsewhere; both forms are tested against each other or the
+//! byte-by-byte definitions below.
 
 /// `std::str::from_utf8`, with the fast check first (a body is checked whole before it is
 /// read); std's check only words an error.
