@@ -402,17 +402,22 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8], exiting: bool) ->
 }
 
 /// `dapi check`: the servers read and checked as `/capacity` reads them, then which could
-/// take a VM of the asked size (crate::check).
+/// take a VM of the asked size (crate::check). `exiting`: as [`AnswerOptions::exiting`].
 pub fn check(
     engine: &Engine,
     limits: &Limits,
     body: &[u8],
     query: &crate::check::CheckQuery,
+    exiting: bool,
 ) -> Result<serde_json::Value, AnswerError> {
-    let (_, servers) = parse_capacity_body(body)?;
+    let (raw_servers, servers) = parse_capacity_body(body)?;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
-    crate::check::check(engine, &servers, query)
+    let answer = crate::check::check(engine, &servers, query);
+    if exiting {
+        std::mem::forget((raw_servers, servers));
+    }
+    answer
 }
 
 #[cfg(test)]

@@ -537,7 +537,7 @@ fn run(command: Command) -> Result<(), CliError> {
             let (config, engine) = config.load()?;
             let body = read_input(&servers)?;
             let query = crate::check::CheckQuery::new(ram, disk, cpu)?;
-            let answer = answer::check(&engine, &config.limits, &body, &query)?;
+            let answer = answer::check(&engine, &config.limits, &body, &query, true)?;
             if json {
                 return print(answer.to_string().into_bytes());
             }
