@@ -374,24 +374,26 @@ pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8], exiting: bool) ->
     let capacity = engine.capacity(&servers).map_err(|e| AnswerError::Internal(e.to_string()))?;
     let internal = |e: serde_json::Error| AnswerError::Internal(e.to_string());
     let mut body = Vec::new();
+    // Built only where the answer is not written straight (a package query adds totals).
     let mut answer = serde_json::Value::Null;
-    let written = match packages {
-        None => capacity.write_answer(&servers, &mut body).transpose().map_err(internal)?,
-        Some(_) => None,
-    };
-    if written.is_none() {
+    let straight =
+        packages.is_none() && capacity.write_answer(&servers, &mut body).transpose().map_err(internal)?.is_some();
+    if !straight {
         answer = capacity.answer(&servers);
-        if let Some(query) = packages {
-            answer["totals"] = crate::capacity::totals(engine, &servers);
-            let packages = crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?;
-            body = crate::js::json::to_vec(&answer).map_err(internal)?;
+        let packages = match packages {
+            Some(query) => {
+                answer["totals"] = crate::capacity::totals(engine, &servers);
+                Some(crate::capacity::packages_answer(engine, &servers, &raw_servers, &query)?)
+            }
+            None => None,
+        };
+        body = crate::js::json::to_vec(&answer).map_err(internal)?;
+        if let Some(packages) = packages {
             // The last member, written straight from the counts.
             body.pop();
             body.extend_from_slice(b",\"packages\":");
             crate::capacity::write_packages(&mut body, &packages).map_err(internal)?;
             body.push(b'}');
-        } else {
-            body = crate::js::json::to_vec(&answer).map_err(internal)?;
         }
     }
     let servers_read = servers.len();

@@ -311,7 +311,6 @@ mod tests {
         assert_eq!(cut, "[\"open string ");
     }
 
-    /// Every byte value at every position of a valid uuid, in both forms.
     #[test]
     fn differing_bytes_are_marked_one_by_one() {
         let a: [u8; 32] = std::array::from_fn(|i| (i * 37) as u8);
@@ -330,6 +329,7 @@ mod tests {
         assert_eq!(words::differing_bytes(&a, &b), expected);
     }
 
+    /// Every byte value at every position of a valid uuid, in both forms.
     #[test]
     fn uuid_checks_agree_with_bytes() {
         let valid = *b"0123abcd-ef45-6789-a0b1-c2d3e4f5a6b7";

@@ -403,16 +403,15 @@ pub(super) struct VmShape {
     separators: Vec<Separator>,
 }
 
-/// One separator's text (at most [`Separator::MAX`] bytes, padded) and one bit for each of
-/// its bytes, the field
-/// whose value it leads to ([`vm_field`]; `None`: a field the reader steps over), how
-/// that value is read, and the known fields read once the shape is read up to and
-/// including it. A shape is learned only from fields read once each, so a VM that follows
+/// One separator's text (at most [`Separator::MAX`] bytes, padded) with a mask of one bit
+/// per byte of it, the field whose value it leads to ([`vm_field`]; `None`: a field the
+/// reader steps over), how that value is read, and the known fields read once the shape is
+/// read up to and including it. A shape is learned only from fields read once each, so a VM that follows
 /// it needs no check for a repeated field until it leaves the shape.
 #[derive(Clone, Copy)]
 struct Separator {
     text: [u8; Separator::MAX],
-    bytes: u32,
+    mask: u32,
     len: usize,
     field: Option<u32>,
     kind: Kind,
@@ -428,15 +427,15 @@ impl Separator {
         }
         let mut padded = [0u8; Separator::MAX];
         padded[..text.len()].copy_from_slice(text);
-        let bytes = u32::MAX.checked_shr(32 - text.len() as u32).unwrap_or(0);
-        Some(Separator { text: padded, bytes, len: text.len(), field, kind, seen_through })
+        let mask = u32::MAX.checked_shr(32 - text.len() as u32).unwrap_or(0);
+        Some(Separator { text: padded, mask, len: text.len(), field, kind, seen_through })
     }
 
     /// Whether this separator's text is at `at`.
     #[inline(always)]
     fn is_at(&self, bytes: &[u8], at: usize) -> bool {
         match bytes.get(at..at + Separator::MAX).and_then(|w| <&[u8; Separator::MAX]>::try_from(w).ok()) {
-            Some(window) => crate::scan::differing_bytes(window, &self.text) & self.bytes == 0,
+            Some(window) => crate::scan::differing_bytes(window, &self.text) & self.mask == 0,
             // The last bytes of the body: read the ordinary way.
             None => false,
         }
