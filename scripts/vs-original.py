@@ -10,6 +10,10 @@ stdout, as `dapi allocate --config CONFIG BODY` does. The programs are alternate
 for each body, so both see the same phase of a noisy host; the medians, minimums and the
 ratio are printed, and the chosen server must be the same. DAPI_BIN defaults to
 target/release/dapi; more than one (e.g. before and after) are alternated too.
+
+Each program's answer is read from a pipe, all of it at once; its errors go to the terminal.
+(With both streams captured, Python polls the two pipes and reads 32 KiB at a time: reading an
+8 MB answer that way took longer than dapi took to write it, 8 ms of its 45 at 5,000 servers.)
 """
 import json, os, statistics as st, subprocess, sys, time
 
@@ -33,7 +37,7 @@ def chosen(out):
 
 def timed(cmd):
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True).stdout
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE).stdout
     return (time.perf_counter() - t0) * 1e3, chosen(out)
 
 
