@@ -129,7 +129,7 @@ impl Writer {
         }
         // SAFETY: only this writer writes, and only beyond `filled`, which readers never
         // look past; the destination lies inside the buffer (checked above).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.body.start.as_ptr().add(filled), bytes.len()) };
+        unsafe { copy_streaming(bytes, self.body.start.as_ptr().add(filled)) };
         self.body.lock().filled = filled + bytes.len();
         self.body.changed.notify_all();
         true
@@ -145,6 +145,50 @@ impl Writer {
         self.body.changed.notify_all();
         whole
     }
+}
+
+/// Copies `src` to `dst` with stores that go to memory without first reading the lines they
+/// fill (non-temporal, x86-64). The copies of a body's pieces into its buffer, 50 MB at
+/// 5,000 servers, were 9% of a POST's CPU: with ordinary stores each line of the buffer is
+/// read in before it is written over, twice the memory traffic for a buffer far larger than
+/// the cache. The reader of the arriving body reads them from memory either way.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes and not overlap `src`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+    let len = src.len();
+    let head = ((dst as usize).wrapping_neg() & 15).min(len);
+    // SAFETY: as the caller promises; the streamed stores are to 16-byte aligned addresses
+    // inside `dst`, and the fence orders them before the lock that publishes them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+        let mut i = head;
+        while i + 64 <= len {
+            let s = src.as_ptr().add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_stream_si128(d, a);
+            _mm_stream_si128(d.add(1), b);
+            _mm_stream_si128(d.add(2), c);
+            _mm_stream_si128(d.add(3), e);
+            i += 64;
+        }
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), len - i);
+        _mm_sfence();
+    }
+}
+
+/// [`copy_streaming`] where there are no such stores: an ordinary copy.
+///
+/// # Safety
+/// As there.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
+    // SAFETY: as the caller promises.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
 }
 
 impl Drop for Writer {
@@ -185,6 +229,23 @@ mod tests {
         }
         assert!(writer.finish());
         assert_eq!(reader.join().ok().flatten(), Some(text.len()));
+        assert_eq!(body.complete(), Some(&text[..]));
+    }
+
+    /// Pieces of every length around the 16-byte alignment and the 64-byte blocks of the
+    /// streamed copy, landing at every offset, arrive as sent.
+    #[test]
+    fn pieces_of_any_length_at_any_offset_arrive_whole() {
+        let lengths = [1usize, 15, 16, 17, 63, 64, 65, 127, 128, 129, 1000, 4096, 65_537, 3];
+        let text: Vec<u8> = (0..3 * lengths.iter().sum::<usize>()).map(|i| (i * 7 % 251) as u8).collect();
+        let (body, mut writer) = Arriving::new(text.len());
+        let mut at = 0;
+        for &len in lengths.iter().cycle().take(3 * lengths.len()) {
+            assert!(writer.push(&text[at..at + len]));
+            at += len;
+            assert_eq!(body.received(), &text[..at]);
+        }
+        assert!(writer.finish());
         assert_eq!(body.complete(), Some(&text[..]));
     }
 
