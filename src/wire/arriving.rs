@@ -151,7 +151,7 @@ impl Writer {
 /// fill (non-temporal, x86-64). The copies of a body's pieces into its buffer, 50 MB at
 /// 5,000 servers, were 9% of a POST's CPU: with ordinary stores each line of the buffer is
 /// read in before it is written over, twice the memory traffic for a buffer far larger than
-/// the cache. The reader of the arriving body reads them from memory either way.
+/// the cache. Measured (BENCHMARKS.md): 1–5 ms less of a 5,000-server POST, and less CPU.
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` bytes and not overlap `src`.

@@ -48,7 +48,7 @@ fn pool_class(capacity: usize) -> Option<usize> {
 }
 
 /// Buffers given back and not yet taken again. A thread of its own frees them once they
-/// have waited [`KEEP`]: the big buffer on its own clock, the pooled ones together once none
+/// have waited [`KEEP`]: each big buffer on its own clock, the pooled ones together once none
 /// has been given back for that long.
 struct Held {
     /// The big buffers given back (at most [`BIG_KEPT`], the latest last), and when.
