@@ -12,21 +12,23 @@
 /// `std::str::from_utf8`, with the fast check first (a body is checked whole before it is
 /// read); std's check only words an error.
 pub fn utf8(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
-    match simdutf8::basic::from_utf8(bytes) {
-        Ok(text) => Ok(text),
-        Err(_) => std::str::from_utf8(bytes),
+    checked(bytes, simdutf8::basic::from_utf8(bytes).is_ok())
+}
+
+/// `bytes` as text when the fast check found them `valid`, else std's worded error.
+fn checked(bytes: &[u8], valid: bool) -> Result<&str, std::str::Utf8Error> {
+    if valid {
+        // SAFETY: the caller's fast check found the whole of `bytes` UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
     }
+    std::str::from_utf8(bytes)
 }
 
 /// [`utf8`] for a whole body about to be read while nothing else runs (the command line's
 /// files, a `/capacity` body): a big one is checked in two halves at once. A body still
 /// arriving is not, as its receiving keeps the other core busy.
 pub fn utf8_in_halves(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
-    if valid_utf8(bytes) {
-        // SAFETY: `valid_utf8` checked the whole of `bytes`.
-        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
-    }
-    std::str::from_utf8(bytes)
+    checked(bytes, valid_utf8(bytes))
 }
 
 /// Texts from this many bytes are checked in two halves at once, where there are two cores:

@@ -342,15 +342,17 @@ impl Capacity {
     /// written) where a server's uuid is not a string, whose keys could repeat (the
     /// value's map then keeps the first place and the last entry).
     pub fn write_answer(&self, servers: &[Server], out: &mut Vec<u8>) -> Option<serde_json::Result<()>> {
-        if self.servers.iter().any(|&(id, _)| servers[id].uuid.as_str().is_none()) {
-            return None;
-        }
+        let start = out.len();
         out.extend_from_slice(b"{\"capacities\":{");
         for (i, (id, u)) in self.servers.iter().enumerate() {
+            let Some(uuid) = servers[*id].uuid.as_str() else {
+                out.truncate(start);
+                return None;
+            };
             if i > 0 {
                 out.push(b',');
             }
-            write_json_str(out, &servers[*id].reason_key());
+            write_json_str(out, uuid);
             for (name, n) in [(&b":{\"cpu\":"[..], u.cpu_pct), (b",\"ram\":", u.ram_mib), (b",\"disk\":", u.disk_mib)] {
                 out.extend_from_slice(name);
                 crate::js::write_num_json(out, n);

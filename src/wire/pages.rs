@@ -69,8 +69,8 @@ impl Held {
 
     /// The buffers that have waited long enough, taken out (to be freed outside the lock).
     fn take_expired(&mut self, now: Instant) -> (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>) {
-        let fresh = self.big.iter().position(|(_, since)| now < *since + KEEP).unwrap_or(self.big.len());
-        let big: Vec<Vec<u8>> = self.big.drain(..fresh).map(|(b, _)| b).collect();
+        let expired = self.big.partition_point(|(_, since)| now >= *since + KEEP);
+        let big: Vec<Vec<u8>> = self.big.drain(..expired).map(|(b, _)| b).collect();
         let mut pooled = Vec::new();
         if self.pooled_since.is_some_and(|since| now >= since + KEEP) {
             self.pooled_since = None;

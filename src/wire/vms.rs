@@ -406,8 +406,8 @@ pub(super) struct VmShape {
 /// One separator's text (at most [`Separator::MAX`] bytes, padded) with a mask of one bit
 /// per byte of it, the field whose value it leads to ([`vm_field`]; `None`: a field the
 /// reader steps over), how that value is read, and the known fields read once the shape is
-/// read up to and including it. A shape is learned only from fields read once each, so a VM that follows
-/// it needs no check for a repeated field until it leaves the shape.
+/// read up to and including it. A shape is learned only from fields read once each, so a
+/// VM that follows it needs no check for a repeated field until it leaves the shape.
 #[derive(Clone, Copy)]
 struct Separator {
     text: [u8; Separator::MAX],
