@@ -303,8 +303,7 @@ impl Allocation {
         out.extend_from_slice(b"{\"server\":");
         match self.chosen {
             Some(id) => {
-                let server = summary::chosen_server_json(raw_servers[id], &servers[id], &self.state[id]);
-                crate::js::json::to_writer(&mut *out, &server)?;
+                summary::write_chosen_server(out, raw_servers[id], &servers[id], &self.state[id])?;
             }
             None => out.extend_from_slice(b"null"),
         }

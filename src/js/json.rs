@@ -89,6 +89,82 @@ pub fn to_vec<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<Vec
     Ok(out)
 }
 
+/// Whether `raw`, the text of one JSON value as read, is written back byte for byte by
+/// [`to_writer`] of what [`from_str`] reads from it: no whitespace between tokens, strings
+/// without escapes (and without plane 16's last characters, which are written as escapes),
+/// numbers only as whole numbers of up to 18 digits without a needless sign or zero
+/// (serde_json writes any other number in its own form), and no key twice in an object
+/// (the value keeps one). Such text can be copied into an answer instead of read and
+/// written again. `false` does not mean the text differs, only that this check does not
+/// vouch for it (objects of more than 64 keys in all or 16 deep are not looked at).
+pub fn is_written_as_read(raw: &str) -> bool {
+    let b = raw.as_bytes();
+    // The keys of the open objects, and where each open object's keys begin.
+    let mut keys = [(0usize, 0usize); 64];
+    let mut listed = 0;
+    let mut opened = [0usize; 16];
+    let mut depth = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' => {
+                let Some(first) = opened.get_mut(depth) else { return false };
+                *first = listed;
+                depth += 1;
+                i += 1;
+            }
+            b'}' => {
+                let Some(d) = depth.checked_sub(1) else { return false };
+                depth = d;
+                listed = opened[d];
+                i += 1;
+            }
+            b'[' | b']' | b':' | b',' => i += 1,
+            b'"' => {
+                let start = i + 1;
+                i = start;
+                loop {
+                    match b.get(i) {
+                        Some(b'"') => break,
+                        // An escape, a control character (refused by the reader anyway), or
+                        // the lead byte of a character the writer escapes.
+                        Some(b'\\' | 0..=0x1F | 0xF4) | None => return false,
+                        Some(_) => i += 1,
+                    }
+                }
+                let text = &b[start..i];
+                i += 1;
+                if b.get(i) == Some(&b':') && depth > 0 {
+                    let siblings = &keys[opened[depth - 1]..listed];
+                    if listed == keys.len() || siblings.iter().any(|&(s, e)| &b[s..e] == text) {
+                        return false;
+                    }
+                    keys[listed] = (start, start + text.len());
+                    listed += 1;
+                }
+            }
+            b't' if b[i..].starts_with(b"true") => i += 4,
+            b'f' if b[i..].starts_with(b"false") => i += 5,
+            b'n' if b[i..].starts_with(b"null") => i += 4,
+            b'-' | b'0'..=b'9' => {
+                let negative = b[i] == b'-';
+                i += usize::from(negative);
+                let digits = b[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+                let zero_led = b.get(i) == Some(&b'0') && (digits > 1 || negative);
+                if digits == 0 || digits > 18 || zero_led {
+                    return false;
+                }
+                i += digits;
+                if matches!(b.get(i), Some(b'.' | b'e' | b'E')) {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 /// serde_json's compact formatter, but stand-ins are written as `\udXXX` escapes.
 struct Stringify;
 
@@ -533,6 +609,49 @@ pub fn stringify<T: serde::Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the check vouches for is written back byte for byte; what it turns down is
+    /// each of the things the writer writes its own way.
+    #[test]
+    fn text_written_as_read_is_written_back_as_it_was() {
+        let plain = [
+            r#"{"a":[1,-2,0,true,false,null,"x y"],"b":{"c":{}},"d":[],"e":"é😀"}"#,
+            "123456789012345678",
+            "-123456789012345678",
+            r#""""#,
+            r#"{"a":{"k":1},"b":{"k":2},"k":3}"#,
+        ];
+        let odd = [
+            r#"{"a": 1}"#,
+            "1.50",
+            "1e3",
+            "-0",
+            "12345678901234567890123",
+            r#""a\/b""#,
+            r#""\u0041""#,
+            "\"\u{10F800}\"",
+            r#"{"a":1,"a":2}"#,
+            r#"{"o":{"a":1,"b":{},"a":2}}"#,
+            "[1,\n2]",
+        ];
+        for text in plain {
+            assert!(is_written_as_read(text), "{text}");
+            let value: serde_json::Value = from_str(text).expect("JSON");
+            assert_eq!(String::from_utf8(to_vec(&value).expect("JSON")).expect("UTF-8"), text);
+        }
+        for text in odd {
+            assert!(!is_written_as_read(text), "{text}");
+            let value: serde_json::Value = from_str(text).expect("JSON");
+            assert_ne!(String::from_utf8(to_vec(&value).expect("JSON")).expect("UTF-8"), text, "{text}");
+        }
+        // Turned down though written back the same: a fraction, an escape, 19 digits (past what every
+        // integer type holds), an object of many keys (its keys are not compared).
+        assert!(!is_written_as_read("1.5"));
+        assert!(!is_written_as_read(r#""a\"b""#));
+        assert!(!is_written_as_read("1234567890123456789"));
+        let many = format!("{{{}}}", (0..65).map(|i| format!(r#""k{i}":{i}"#)).collect::<Vec<_>>().join(","));
+        assert!(!is_written_as_read(&many));
+    }
     use crate::js::Js;
 
     #[test]
