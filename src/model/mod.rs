@@ -19,6 +19,8 @@ pub use vms::{
     owner_bits, FullVm, PlainFields, PlainVm, ServerVm, SmallNum, UuidRef, VmEntry, VmLoad, VmMap, VmSummary, EMPTY_VM,
 };
 
+use std::sync::Arc;
+
 use serde::Deserialize;
 
 use crate::js::Js;
@@ -263,14 +265,15 @@ pub struct Sysinfo {
 /// A sysinfo map of NICs by name, in insertion order: the pairs in one exact allocation.
 /// A server has two or three NICs, read in order and never looked up by name, so an
 /// `IndexMap` (its own allocation, spare capacity and a hash table) cost ~250 bytes more per
-/// server, 1.3 MB of a 5,000-server request.
+/// server, 1.3 MB of a 5,000-server request. The names are shared strings: servers repeat
+/// them, and the body readers hand out one string per name (`wire::strings`).
 #[derive(Debug)]
-pub struct NicMap<T>(Box<[(Box<str>, Shape<T>)]>);
+pub struct NicMap<T>(Box<[(Arc<str>, Shape<T>)]>);
 
 impl<T> NicMap<T> {
     /// From pairs in insertion order; a repeated name keeps its first position and takes
     /// the last value, as `JSON.parse` reads a repeated key (and `IndexMap::insert` does).
-    pub fn from_pairs(pairs: Vec<(Box<str>, Shape<T>)>) -> NicMap<T> {
+    pub fn from_pairs(pairs: Vec<(Arc<str>, Shape<T>)>) -> NicMap<T> {
         // A handful of NICs are compared directly; many (only a hostile body has them)
         // through a hash set, so that reading stays linear.
         let repeated = if pairs.len() <= 16 {
@@ -282,7 +285,7 @@ impl<T> NicMap<T> {
         if !repeated {
             return NicMap(pairs.into_boxed_slice());
         }
-        let map: indexmap::IndexMap<Box<str>, Shape<T>> = pairs.into_iter().collect();
+        let map: indexmap::IndexMap<Arc<str>, Shape<T>> = pairs.into_iter().collect();
         NicMap(map.into_iter().collect())
     }
 
@@ -301,8 +304,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for NicMap<T> {
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NicMap<T>, A::Error> {
                 let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0));
-                while let Some(pair) = map.next_entry::<Box<str>, Shape<T>>()? {
-                    pairs.push(pair);
+                while let Some((name, nic)) = map.next_entry::<Box<str>, Shape<T>>()? {
+                    pairs.push((Arc::from(name), nic));
                 }
                 Ok(NicMap::from_pairs(pairs))
             }
@@ -552,7 +555,7 @@ mod tests {
     #[test]
     fn a_nic_map_reads_repeated_names_as_json_parse_does() {
         for count in [3, 40] {
-            let mut pairs: Vec<(Box<str>, Shape<super::Nic>)> =
+            let mut pairs: Vec<(super::Arc<str>, Shape<super::Nic>)> =
                 (0..count).map(|i| (format!("nic{i}").into(), Shape::Other(Js::Num(i as f64)))).collect();
             pairs.push(("nic1".into(), Shape::Other(Js::str("last"))));
             pairs.push(("new".into(), Shape::Absent));

@@ -152,7 +152,7 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
                 c.value::<Shape<T>>().ok()?.0
             }
         };
-        pairs.push((Box::from(name), nic));
+        pairs.push((c.strings.get(name), nic));
         if c.eat(b'}') {
             return Some(Shape::Obj(NicMap::from_pairs(pairs)));
         }
