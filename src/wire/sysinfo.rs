@@ -138,10 +138,14 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
         return c.value::<Shape<NicMap<T>>>().ok().map(|(v, _)| v);
     }
     c.eat(b'{');
-    let mut pairs = Vec::new();
     if c.eat(b'}') {
-        return Some(Shape::Obj(NicMap::from_pairs(pairs)));
+        return Some(Shape::Obj(NicMap::from_pairs(Vec::new())));
     }
+    // Held for the whole request, so made at its exact size: a server's few NICs gathered
+    // here first, any more in a growing list.
+    let mut first: [Option<(std::sync::Arc<str>, Shape<T>)>; 4] = Default::default();
+    let mut gathered = 0;
+    let mut more = Vec::new();
     loop {
         let name = c.key()?;
         let start = c.pos;
@@ -152,8 +156,16 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
                 c.value::<Shape<T>>().ok()?.0
             }
         };
-        pairs.push((c.strings.get(name), nic));
+        let pair = (c.strings.get(name), nic);
+        match first.get_mut(gathered) {
+            Some(slot) => *slot = Some(pair),
+            None => more.push(pair),
+        }
+        gathered += 1;
         if c.eat(b'}') {
+            let mut pairs = Vec::with_capacity(gathered);
+            pairs.extend(first.into_iter().flatten());
+            pairs.append(&mut more);
             return Some(Shape::Obj(NicMap::from_pairs(pairs)));
         }
         if !c.eat(b',') {
@@ -235,6 +247,8 @@ mod tests {
             [
                 r#"{"Network Interfaces": {"e0": {"Link Status": "up", "NIC Names": ["admin"], "MAC": "x"}, "e1": null}}"#,
                 r#"{"Network Interfaces": {"e0": {"NIC Names": ["a"]}, "e1": {}, "e0": {"Link Status": "down"}}}"#,
+                r#"{"Network Interfaces": {"e0": {}, "e1": {}, "e2": {}, "e3": {}, "e4": {"NIC Names": ["x"]}, "e1": null}}"#,
+                r#"{"Network Interfaces": {"e0": {}, "e1": {}, "e2": {}, "e3": {}, "e4": 1, "e5": {}, "e4": 2}}"#,
                 r#"{"Virtual Network Interfaces": {"v0": {"Link Status": "up", "Overlay Nic Tags": ["sdc"]}}}"#,
                 r#"{"Network Interfaces": [1], "Virtual Network Interfaces": 5}"#,
                 r#"{"Network Interfaces": {"e0": {"Link Status": "up", "Link Status": "down"}}}"#,
