@@ -547,6 +547,84 @@ mod tests {
         assert!(copied >= 30, "{copied} copied");
     }
 
+    /// Random JSON text: keys and values from small sets (so that keys repeat), with and
+    /// without spaces, escapes and numbers serde_json writes its own way.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let leaf = prop::sample::select(vec![
+            "1",
+            "-7",
+            "0",
+            "-0",
+            "1.5",
+            "1e2",
+            "12345678901234567890",
+            "true",
+            "null",
+            r#""a""#,
+            r#""b c""#,
+            r#""\u0041""#,
+            r#""\/""#,
+            r#""\ud800""#,
+            "\"\u{10F800}\"",
+            r#""é""#,
+            "[]",
+            "{}",
+            "[1, 2]",
+        ])
+        .prop_map(String::from);
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            let key = prop::sample::select(vec![
+                "a",
+                "b",
+                "interface",
+                "vms",
+                "score",
+                "sysinfo",
+                "Network Interfaces",
+                "ixgbe0",
+                "e\\u0031",
+            ]);
+            let space = prop::sample::select(vec!["", " "]);
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(|items| format!("[{}]", items.join(","))),
+                prop::collection::vec((key, space, inner), 0..5).prop_map(|members| {
+                    let members: Vec<String> = members.iter().map(|(k, s, v)| format!(r#""{k}"{s}:{v}"#)).collect();
+                    format!("{{{}}}", members.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// Whatever the server's text, the copied chosen server is the value's writing.
+        #[test]
+        fn any_chosen_server_copied_is_the_chosen_server_written(
+            top in json_text(),
+            sysinfo in json_text(),
+            nics in json_text(),
+            named in proptest::bool::ANY,
+        ) {
+            let raw = match top.strip_prefix('{').and_then(|rest| rest.strip_suffix('}')) {
+                Some(members) => {
+                    let sysinfo = format!(r#"{{"Network Interfaces":{nics},"x":{sysinfo}}}"#);
+                    let comma = if members.is_empty() { "" } else { "," };
+                    format!(r#"{{"sysinfo":{sysinfo},"disk_zone_quota_bytes":5{comma}{members}}}"#)
+                }
+                None => top,
+            };
+            proptest::prop_assert!(crate::js::json::from_str::<Value>(&raw).is_ok(), "{}", raw);
+            let state = ServerState { score: 2.5, nics_named: named, zone_quota_added_bytes: 3.0, ..Default::default() };
+            let server = Server::default();
+            let expected = crate::js::json::to_vec(&chosen_server_json(&raw, &server, &state)).expect("JSON");
+            let mut out = Vec::new();
+            write_chosen_server(&mut out, &raw, &server, &state).expect("JSON");
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&out), String::from_utf8_lossy(&expected), "{}", raw);
+        }
+    }
+
     #[test]
     fn a_list_copied_in_runs_is_the_list_written_one_uuid_at_a_time() {
         let servers: Vec<Server> = (0..1500)

@@ -609,6 +609,7 @@ pub fn stringify<T: serde::Serialize + ?Sized>(value: &T) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::js::Js;
 
     /// What the check vouches for is written back byte for byte; what it turns down is
     /// each of the things the writer writes its own way.
@@ -644,15 +645,14 @@ mod tests {
             let value: serde_json::Value = from_str(text).expect("JSON");
             assert_ne!(String::from_utf8(to_vec(&value).expect("JSON")).expect("UTF-8"), text, "{text}");
         }
-        // Turned down though written back the same: a fraction, an escape, 19 digits (past what every
-        // integer type holds), an object of many keys (its keys are not compared).
+        // Turned down though written back the same: a fraction, an escape, 19 digits (not
+        // every such number fits an integer), an object of many keys (not compared).
         assert!(!is_written_as_read("1.5"));
         assert!(!is_written_as_read(r#""a\"b""#));
         assert!(!is_written_as_read("1234567890123456789"));
         let many = format!("{{{}}}", (0..65).map(|i| format!(r#""k{i}":{i}"#)).collect::<Vec<_>>().join(","));
         assert!(!is_written_as_read(&many));
     }
-    use crate::js::Js;
 
     #[test]
     fn reads_lone_surrogates_and_numbers_beyond_the_double_range() {
