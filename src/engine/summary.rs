@@ -267,6 +267,21 @@ pub fn write_chosen_server(
     Ok(())
 }
 
+/// What the allocation adds to the chosen server, in the order the original set the fields
+/// (a field the server has keeps its place; the others are appended in this order).
+fn additions(server: &Server, state: &ServerState) -> [(&'static str, Option<Value>); 7] {
+    let sum = |base: &Js, added: f64| (added != 0.0).then(|| num_to_json(base.num() + added));
+    [
+        ("score", Some(num_to_json(state.score))),
+        ("overprovision_ratios", state.ratios.as_ref().map(|r| r.to_json())),
+        ("disk_zone_quota_bytes", sum(&server.disk_zone_quota_bytes, state.zone_quota_added_bytes)),
+        ("disk_kvm_zvol_volsize_bytes", sum(&server.disk_kvm_zvol_volsize_bytes, state.kvm_zvol_added_bytes)),
+        ("unreserved_cpu", state.unreserved.map(|u| num_to_json(u.cpu_pct))),
+        ("unreserved_ram", state.unreserved.map(|u| num_to_json(u.ram_mib))),
+        ("unreserved_disk", state.unreserved.map(|u| num_to_json(u.disk_mib))),
+    ]
+}
+
 /// The fields of a JSON object in order, a repeated key in its first place with its last
 /// value (as the value's map keeps them); `None` for anything else, or a key with escapes.
 fn object_fields(raw: &str) -> Option<IndexMap<&str, &RawValue>> {
@@ -277,17 +292,7 @@ fn object_fields(raw: &str) -> Option<IndexMap<&str, &RawValue>> {
 /// where the server's text is not plain enough, which the value then writes.
 fn write_chosen_server_copying(out: &mut Vec<u8>, raw: &str, server: &Server, state: &ServerState) -> Option<()> {
     let fields = object_fields(raw)?;
-    let sum = |base: &Js, added: f64| (added != 0.0).then(|| num_to_json(base.num() + added));
-    // In the order the value's map had them appended (an existing field keeps its place).
-    let mut additions = [
-        ("score", Some(num_to_json(state.score))),
-        ("overprovision_ratios", state.ratios.as_ref().map(|r| r.to_json())),
-        ("disk_zone_quota_bytes", sum(&server.disk_zone_quota_bytes, state.zone_quota_added_bytes)),
-        ("disk_kvm_zvol_volsize_bytes", sum(&server.disk_kvm_zvol_volsize_bytes, state.kvm_zvol_added_bytes)),
-        ("unreserved_cpu", state.unreserved.map(|u| num_to_json(u.cpu_pct))),
-        ("unreserved_ram", state.unreserved.map(|u| num_to_json(u.ram_mib))),
-        ("unreserved_disk", state.unreserved.map(|u| num_to_json(u.disk_mib))),
-    ];
+    let mut additions = additions(server, state);
     out.push(b'{');
     let mut first = true;
     for (&key, value) in &fields {
@@ -419,23 +424,11 @@ pub fn chosen_server_json(raw: &str, server: &Server, state: &ServerState) -> Va
     if state.nics_named {
         name_nics(obj);
     }
-    obj.insert("score".into(), num_to_json(state.score));
-    if let Some(ratios) = &state.ratios {
-        obj.insert("overprovision_ratios".into(), ratios.to_json());
-    }
-    if state.zone_quota_added_bytes != 0.0 {
-        let total = server.disk_zone_quota_bytes.num() + state.zone_quota_added_bytes;
-        obj.insert("disk_zone_quota_bytes".into(), num_to_json(total));
-    }
-    if state.kvm_zvol_added_bytes != 0.0 {
-        let total = server.disk_kvm_zvol_volsize_bytes.num() + state.kvm_zvol_added_bytes;
-        obj.insert("disk_kvm_zvol_volsize_bytes".into(), num_to_json(total));
-    }
     obj.shift_remove("vms");
-    if let Some(u) = state.unreserved {
-        obj.insert("unreserved_cpu".into(), num_to_json(u.cpu_pct));
-        obj.insert("unreserved_ram".into(), num_to_json(u.ram_mib));
-        obj.insert("unreserved_disk".into(), num_to_json(u.disk_mib));
+    for (key, added) in additions(server, state) {
+        if let Some(added) = added {
+            obj.insert(key.into(), added);
+        }
     }
     value
 }

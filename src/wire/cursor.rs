@@ -26,6 +26,38 @@ pub(super) struct Cursor<'a> {
     pub strings: SharedStrings,
 }
 
+/// A short list read item by item and held for the whole request, so made at its exact
+/// size (a list grown and then shrunk costs two allocations): its first four items
+/// gathered in place, any more in a growing list.
+pub(super) struct ExactList<T> {
+    first: [Option<T>; 4],
+    gathered: usize,
+    more: Vec<T>,
+}
+
+impl<T> Default for ExactList<T> {
+    fn default() -> Self {
+        ExactList { first: Default::default(), gathered: 0, more: Vec::new() }
+    }
+}
+
+impl<T> ExactList<T> {
+    pub fn push(&mut self, item: T) {
+        match self.first.get_mut(self.gathered) {
+            Some(slot) => *slot = Some(item),
+            None => self.more.push(item),
+        }
+        self.gathered += 1;
+    }
+
+    pub fn finish(self) -> Vec<T> {
+        let mut items = Vec::with_capacity(self.gathered);
+        items.extend(self.first.into_iter().flatten());
+        items.extend(self.more);
+        items
+    }
+}
+
 /// The text of `text` between `start` and `end`, which the caller found next to ASCII
 /// bytes (a quote, a colon): both are then char boundaries.
 #[inline(always)]
@@ -226,26 +258,15 @@ impl<'a> Cursor<'a> {
         if self.eat(b']') {
             return Some(Js::Arr(Vec::new()));
         }
-        // Held for the whole request (a server's NIC names, one or two of them), so made at
-        // their exact size: the first few gathered here, any more in a growing list.
-        let mut first: [Js; 4] = Default::default();
-        let mut gathered = 0;
-        let mut more = Vec::new();
+        // Held for the whole request (a server's NIC names, one or two of them).
+        let mut items = ExactList::default();
         loop {
-            let item = match self.plain_str() {
+            items.push(match self.plain_str() {
                 Some(s) => Js::Str(self.strings.get(s)),
                 None => Js::Num(self.small_uint()?),
-            };
-            match first.get_mut(gathered) {
-                Some(slot) => *slot = item,
-                None => more.push(item),
-            }
-            gathered += 1;
+            });
             if self.eat(b']') {
-                let mut items = Vec::with_capacity(gathered);
-                items.extend(first.into_iter().take(gathered));
-                items.append(&mut more);
-                return Some(Js::Arr(items));
+                return Some(Js::Arr(items.finish()));
             }
             if !self.eat(b',') {
                 return None;

@@ -5,7 +5,7 @@
 //! Sysinfo is a tenth of a server's bytes but was a fifth of its reading time through
 //! serde (its NIC maps most of it): in a 50-server request, 9% of the service's CPU.
 
-use super::cursor::Cursor;
+use super::cursor::{Cursor, ExactList};
 use crate::model::{Nic, NicMap, Shape, Sysinfo, VirtualNic};
 
 /// The sysinfo fields read, as named on the wire (the model's serde names, in its order):
@@ -141,11 +141,7 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
     if c.eat(b'}') {
         return Some(Shape::Obj(NicMap::from_pairs(Vec::new())));
     }
-    // Held for the whole request, so made at its exact size: a server's few NICs gathered
-    // here first, any more in a growing list.
-    let mut first: [Option<(std::sync::Arc<str>, Shape<T>)>; 4] = Default::default();
-    let mut gathered = 0;
-    let mut more = Vec::new();
+    let mut pairs = ExactList::default();
     loop {
         let name = c.key()?;
         let start = c.pos;
@@ -156,17 +152,9 @@ fn nic_map<T: Default + for<'de> serde::Deserialize<'de>>(
                 c.value::<Shape<T>>().ok()?.0
             }
         };
-        let pair = (c.strings.get(name), nic);
-        match first.get_mut(gathered) {
-            Some(slot) => *slot = Some(pair),
-            None => more.push(pair),
-        }
-        gathered += 1;
+        pairs.push((c.strings.get(name), nic));
         if c.eat(b'}') {
-            let mut pairs = Vec::with_capacity(gathered);
-            pairs.extend(first.into_iter().flatten());
-            pairs.append(&mut more);
-            return Some(Shape::Obj(NicMap::from_pairs(pairs)));
+            return Some(Shape::Obj(NicMap::from_pairs(pairs.finish())));
         }
         if !c.eat(b',') {
             return None;
