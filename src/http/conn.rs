@@ -26,7 +26,6 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Router;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -314,7 +313,7 @@ async fn stopped(stop: &mut tokio::sync::watch::Receiver<bool>) {
 pub(super) async fn serve(
     listener: TcpListener,
     app: Arc<AppState>,
-    router: Router,
+    service: super::Service,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let limits = app.limits();
@@ -350,7 +349,7 @@ pub(super) async fn serve(
                 continue;
             }
         };
-        connections.spawn(serve_connection(stream, slot, app.clone(), router.clone(), stop_rx.clone()));
+        connections.spawn(serve_connection(stream, slot, app.clone(), service.clone(), stop_rx.clone()));
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
@@ -361,7 +360,7 @@ async fn serve_connection(
     stream: TcpStream,
     slot: Slot,
     app: Arc<AppState>,
-    router: Router,
+    service: super::Service,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let stats = &app.conns;
@@ -387,12 +386,12 @@ async fn serve_connection(
         changed: Notify::new(),
     });
     let handle = ConnHandle { state: state.clone(), health_only };
-    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+    let calls = hyper::service::service_fn(move |request: Request<Incoming>| {
         let busy = handle.busy();
         handle.state.requests.fetch_add(1, Ordering::AcqRel);
         let mut request = request.map(Body::new);
         request.extensions_mut().insert(handle.clone());
-        let answer = router.clone().oneshot(request);
+        let answer = service.clone().oneshot(request);
         async move {
             let response = answer.await?;
             Ok::<_, Infallible>(response.map(|body| Body::new(Answer { body, _busy: busy })))
@@ -402,7 +401,7 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     // A health-check connection serves one request, so it frees its slot at once.
     builder.keep_alive(!health_only);
-    let connection = builder.serve_connection(io, service);
+    let connection = builder.serve_connection(io, calls);
     let mut connection = std::pin::pin!(connection);
     let mut shutting_down = false;
     // When an idle connection was told to close: it gets the header time to do so.
