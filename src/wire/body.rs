@@ -86,11 +86,18 @@ const SPLIT_FROM: usize = if cfg!(test) { 4 << 10 } else { 4 << 20 };
 
 /// Room for as many more servers as `rest` bytes of the body hold at the size of those read
 /// (and a few): a servers array grown by doubling holds up to twice the servers, and the
-/// old array with the new one while it moves (at 5,000 servers, 10 MB for 6).
+/// old array with the new one while it moves (at 5,000 servers, 10 MB for 6). Room left by
+/// an earlier guess is kept when it holds the servers expected: guessed again from more
+/// servers, the few added for slack would otherwise move the whole array once more (3 MB
+/// into fresh pages at 5,000 servers, on every big arriving body).
 fn reserve_for_rest(raws: &mut Vec<&str>, servers: &mut Vec<Server<'_>>, rest: usize) {
     let read: usize = raws.iter().map(|r| r.len()).sum();
     let Some(average) = read.checked_div(raws.len()).filter(|&a| a > 0) else { return };
-    let more = (rest / average).saturating_add(rest / average / 16).saturating_add(4);
+    let expected = rest / average;
+    if servers.capacity() - servers.len() >= expected && raws.capacity() - raws.len() >= expected {
+        return;
+    }
+    let more = expected.saturating_add(expected / 16).saturating_add(4);
     servers.reserve_exact(more);
     raws.reserve_exact(more);
 }
