@@ -31,6 +31,45 @@ pub fn utf8_in_halves(bytes: &[u8]) -> Result<&str, std::str::Utf8Error> {
     checked(bytes, valid_utf8(bytes))
 }
 
+/// Appends `src` to `dst`, telling whether `src` was all ASCII: the test rides on the loads
+/// the copy makes anyway, and a body whose every piece was ASCII is spared the UTF-8 check
+/// that would read it all again (3% of a 50-server request's CPU).
+pub fn extend_noting_ascii(dst: &mut Vec<u8>, src: &[u8]) -> bool {
+    dst.reserve(src.len());
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `reserve` made room for `src.len()` bytes past `dst.len()`, all of which are
+    // written (the 64-byte blocks, then the rest) before the length takes them in; `src`
+    // cannot overlap the spare room of `dst`.
+    unsafe {
+        use std::arch::x86_64::{
+            __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128, _mm_storeu_si128,
+        };
+        let out = dst.as_mut_ptr().add(dst.len());
+        let mut high = _mm_setzero_si128();
+        let mut i = 0;
+        while i + 64 <= src.len() {
+            let s = src.as_ptr().add(i).cast::<__m128i>();
+            let d = out.add(i).cast::<__m128i>();
+            let (a, b, c, e) =
+                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+            _mm_storeu_si128(d, a);
+            _mm_storeu_si128(d.add(1), b);
+            _mm_storeu_si128(d.add(2), c);
+            _mm_storeu_si128(d.add(3), e);
+            high = _mm_or_si128(high, _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e)));
+            i += 64;
+        }
+        std::ptr::copy_nonoverlapping(src.as_ptr().add(i), out.add(i), src.len() - i);
+        dst.set_len(dst.len() + src.len());
+        _mm_movemask_epi8(high) == 0 && src[i..].is_ascii()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        dst.extend_from_slice(src);
+        src.is_ascii()
+    }
+}
+
 /// Texts from this many bytes are checked in two halves at once, where there are two cores:
 /// the check of a 50 MB body otherwise holds up its reading by 2–3 ms. (The unit tests
 /// split from 64 bytes.)
@@ -288,6 +327,24 @@ mod words {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Pieces of every length around the 64-byte blocks, a byte past 127 at each place in
+    /// them or none, appended after text already there.
+    #[test]
+    fn extending_notes_exactly_whether_the_piece_was_ascii() {
+        for len in [0usize, 1, 15, 63, 64, 65, 127, 128, 200] {
+            for high_at in (0..len).map(Some).chain([None]) {
+                let mut piece: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+                if let Some(at) = high_at {
+                    piece[at] = 0x80 | (at as u8);
+                }
+                let mut dst = b"before".to_vec();
+                let ascii = extend_noting_ascii(&mut dst, &piece);
+                assert_eq!(ascii, high_at.is_none(), "{len} {high_at:?}");
+                assert_eq!(dst, [&b"before"[..], &piece].concat());
+            }
+        }
+    }
 
     fn uuid_by_bytes(b: &[u8]) -> bool {
         b.len() == 36

@@ -130,6 +130,27 @@ async fn malformed_bodies_and_wrong_content_types() {
     assert_eq!(r.json()["code"], "UnsupportedMediaType");
 }
 
+/// Bytes past 127 anywhere in a body that is read whole: text that is not UTF-8 is a 400
+/// wherever it lies (the ASCII seen while copying spares only bodies that are all ASCII
+/// their UTF-8 check), and UTF-8 text past ASCII is read as such.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_past_ascii_are_checked_as_utf8() {
+    let s = start(&[]).await;
+    let example = serde_json::to_vec(&example_request()).expect("JSON");
+    let hostname = b"\"hostname\":\"";
+    let at = example.windows(hostname.len()).position(|w| w == hostname).expect("a hostname") + hostname.len();
+    for (inserted, status) in [(&b"\xff"[..], 400), (b"\xc3\xa9", 200), (b"\xe2\x82", 400)] {
+        let mut body = example.clone();
+        body.splice(at..at, inserted.iter().copied());
+        let r = send(s.addr, "POST", "/allocate", &[("Content-Type", "application/json")], &body).await;
+        assert_eq!(r.status, status, "{inserted:?}: {}", String::from_utf8_lossy(&r.body));
+        if status == 400 {
+            assert_eq!(r.json()["code"], "InvalidJson");
+            assert!(r.json()["message"].as_str().is_some_and(|m| m.contains("unicode")), "{}", r.json());
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_over_the_limit_are_a_413() {
     let s = start(&[("DAPI_LIMITS__MAX_BODY_BYTES", "1000")]).await;

@@ -19,7 +19,7 @@ use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::{AllocateBody, Server};
 use crate::validate::FieldError;
-use crate::wire::{parse_allocate_body, parse_arriving_allocate_body};
+use crate::wire::{parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body};
 
 pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
@@ -92,7 +92,10 @@ pub(super) fn allocate_body<'a, T>(
     watched: bool,
 ) -> Result<(AllocateBody<'a>, Option<Allocation>), ApiError> {
     let mut request = match received {
-        Received::Whole(bytes) => parse_allocate_body(bytes),
+        Received::Whole(body) => match body.ascii_text() {
+            Some(text) => parse_allocate_text(text),
+            None => parse_allocate_body(body),
+        },
         Received::Arriving(body) => parse_arriving_allocate_body(body),
     }
     .map_err(AnswerError::from)?;

@@ -17,6 +17,7 @@ use super::errors::ApiError;
 use super::AppState;
 use crate::config::Limits;
 use crate::engine::Engine;
+use crate::wire::pages::Body as WholeBody;
 use crate::wire::Arriving;
 
 /// Refuses any content type but JSON (a missing one is taken as JSON).
@@ -85,7 +86,7 @@ impl std::io::Write for Bounded {
 
 /// Reads a gzip body, decompressing each frame as it arrives (the compressed body is never
 /// held whole); both its compressed and its decompressed size must stay within `limit`.
-async fn read_gzip_body(body: Body, limit: usize, pace: UploadPace) -> Result<(Vec<u8>, BodySeen), ApiError> {
+async fn read_gzip_body(body: Body, limit: usize, pace: UploadPace) -> Result<(WholeBody, BodySeen), ApiError> {
     use std::io::Write as _;
     let mut decoder = flate2::write::MultiGzDecoder::new(Bounded { buf: Vec::new(), limit, over: false });
     let fail = |decoder: &flate2::write::MultiGzDecoder<Bounded>, e: std::io::Error| {
@@ -100,7 +101,7 @@ async fn read_gzip_body(body: Body, limit: usize, pace: UploadPace) -> Result<(V
         return Err(fail(&decoder, e));
     }
     let bounded = decoder.finish().map_err(|e| ApiError::Malformed(format!("the gzip body is incomplete: {e}")))?;
-    Ok((bounded.buf, seen))
+    Ok((WholeBody::new(bounded.buf), seen))
 }
 
 /// The body's declared length, refused when over `limit`.
@@ -199,14 +200,15 @@ async fn read_body(
     body: Body,
     limit: usize,
     pace: UploadPace,
-) -> Result<(Vec<u8>, BodySeen), ApiError> {
+) -> Result<(WholeBody, BodySeen), ApiError> {
     let mut buf = crate::wire::pages::body_buffer(declared.unwrap_or(0));
+    let mut ascii = true;
     let seen = read_frames(body, limit, pace, |data| {
-        buf.extend_from_slice(data);
+        ascii &= crate::scan::extend_noting_ascii(&mut buf, data);
         Ok(())
     })
     .await?;
-    Ok((buf, seen))
+    Ok((if ascii { WholeBody::known_ascii(buf) } else { WholeBody::new(buf) }, seen))
 }
 
 /// A request body as handed to the work: whole, or (big allocations) still arriving.
@@ -358,7 +360,7 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                 // Only bodies that could have been read whole anyway: a big one (gzip) is
                 // not looked at on the runtime's thread.
                 if let Some(inline) = (bytes.len() < ARRIVING_FROM).then(|| inline(&bytes)).flatten() {
-                    crate::wire::pages::recycle(bytes);
+                    drop(bytes);
                     let result = inline.await;
                     drop(permit);
                     return result;
@@ -366,7 +368,6 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
                 let reply = Reply { tx, core: Some(core), cores, permit };
-                let bytes = crate::wire::pages::Body::new(bytes);
                 tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
             }
         };

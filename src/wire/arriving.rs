@@ -23,6 +23,9 @@ pub struct Arriving {
 #[derive(Clone, Copy)]
 struct State {
     filled: usize,
+    /// How many of the first bytes are known to be ASCII (seen so while they were copied in),
+    /// and so need no UTF-8 check.
+    ascii: usize,
     /// `Some(true)`: all bytes are in; `Some(false)`: they never will be.
     ended: Option<bool>,
 }
@@ -61,7 +64,7 @@ impl Arriving {
             start,
             capacity: len,
             allocated,
-            state: Mutex::new(State { filled: 0, ended: None }),
+            state: Mutex::new(State { filled: 0, ascii: 0, ended: None }),
             changed: Condvar::new(),
         });
         (body.clone(), Writer { body, done: false })
@@ -73,9 +76,14 @@ impl Arriving {
 
     /// The bytes received so far.
     pub fn received(&self) -> &[u8] {
-        let filled = self.lock().filled;
+        self.received_ascii().0
+    }
+
+    /// The bytes received so far, and how many of the first of them are known to be ASCII.
+    pub fn received_ascii(&self) -> (&[u8], usize) {
+        let State { filled, ascii, .. } = *self.lock();
         // SAFETY: the first `filled` bytes are written and never written again.
-        unsafe { std::slice::from_raw_parts(self.start.as_ptr(), filled) }
+        (unsafe { std::slice::from_raw_parts(self.start.as_ptr(), filled) }, ascii)
     }
 
     /// Waits until more than `have` bytes are in, or the body has ended.
@@ -129,8 +137,13 @@ impl Writer {
         }
         // SAFETY: only this writer writes, and only beyond `filled`, which readers never
         // look past; the destination lies inside the buffer (checked above).
-        unsafe { copy_streaming(bytes, self.body.start.as_ptr().add(filled)) };
-        self.body.lock().filled = filled + bytes.len();
+        let ascii = unsafe { copy_streaming(bytes, self.body.start.as_ptr().add(filled)) };
+        let mut state = self.body.lock();
+        if ascii && state.ascii == filled {
+            state.ascii = filled + bytes.len();
+        }
+        state.filled = filled + bytes.len();
+        drop(state);
         self.body.changed.notify_all();
         true
     }
@@ -148,22 +161,28 @@ impl Writer {
 }
 
 /// Copies `src` to `dst` with stores that go to memory without first reading the lines they
-/// fill (non-temporal, x86-64). The copies of a body's pieces into its buffer, 50 MB at
-/// 5,000 servers, were 9% of a POST's CPU: with ordinary stores each line of the buffer is
-/// read in before it is written over, twice the memory traffic for a buffer far larger than
-/// the cache. Measured (BENCHMARKS.md): 1–5 ms less of a 5,000-server POST, and less CPU.
+/// fill (non-temporal, x86-64), and tells whether the bytes copied were all ASCII. The copies
+/// of a body's pieces into its buffer, 50 MB at 5,000 servers, were 9% of a POST's CPU: with
+/// ordinary stores each line of the buffer is read in before it is written over, twice the
+/// memory traffic for a buffer far larger than the cache. Measured (BENCHMARKS.md): 1–5 ms
+/// less of a 5,000-server POST, and less CPU. The ASCII test rides on the loads the copy
+/// makes anyway; a body's text known to be ASCII is spared its UTF-8 check (2% of a POST's
+/// CPU), which would read the buffer back from memory.
 ///
 /// # Safety
 /// `dst` must be valid for `src.len()` bytes and not overlap `src`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+unsafe fn copy_streaming(src: &[u8], dst: *mut u8) -> bool {
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128, _mm_sfence, _mm_stream_si128,
+    };
     let len = src.len();
     let head = ((dst as usize).wrapping_neg() & 15).min(len);
     // SAFETY: as the caller promises; the streamed stores are to 16-byte aligned addresses
     // inside `dst`, and the fence orders them before the lock that publishes them.
     unsafe {
         std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
+        let mut high = _mm_setzero_si128();
         let mut i = head;
         while i + 64 <= len {
             let s = src.as_ptr().add(i).cast::<__m128i>();
@@ -174,21 +193,25 @@ unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
             _mm_stream_si128(d.add(1), b);
             _mm_stream_si128(d.add(2), c);
             _mm_stream_si128(d.add(3), e);
+            high = _mm_or_si128(high, _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e)));
             i += 64;
         }
         std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), len - i);
         _mm_sfence();
+        _mm_movemask_epi8(high) == 0 && src[..head].is_ascii() && src[i..].is_ascii()
     }
 }
 
-/// [`copy_streaming`] where there are no such stores: an ordinary copy.
+/// [`copy_streaming`] where there are no such stores: an ordinary copy, the bytes left to
+/// the UTF-8 check.
 ///
 /// # Safety
 /// As there.
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn copy_streaming(src: &[u8], dst: *mut u8) {
+unsafe fn copy_streaming(src: &[u8], dst: *mut u8) -> bool {
     // SAFETY: as the caller promises.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+    false
 }
 
 impl Drop for Writer {
@@ -247,6 +270,25 @@ mod tests {
         }
         assert!(writer.finish());
         assert_eq!(body.complete(), Some(&text[..]));
+    }
+
+    /// The ASCII prefix grows with each piece copied that is all ASCII, and stops for good at
+    /// the first piece with a byte past 127, wherever in the piece it lies: in the unaligned
+    /// head, in a 64-byte block, or in the tail.
+    #[test]
+    fn the_ascii_prefix_stops_at_the_first_piece_with_a_high_byte() {
+        for high_at in [0usize, 3, 17, 40, 64, 90, 150, 199] {
+            let mut piece = vec![b'a'; 200];
+            piece[high_at] = 0xc3;
+            let (body, mut writer) = Arriving::new(1000);
+            assert!(writer.push(&[b'x'; 5]));
+            assert!(writer.push(&[b'y'; 195]));
+            assert_eq!(body.received_ascii().1, 200);
+            assert!(writer.push(&piece));
+            assert_eq!(body.received_ascii(), (&[&[b'x'; 5][..], &[b'y'; 195], &piece].concat()[..], 200), "{high_at}");
+            assert!(writer.push(&[b'z'; 300]));
+            assert_eq!(body.received_ascii().1, 200, "not after a piece that was not ASCII");
+        }
     }
 
     #[test]

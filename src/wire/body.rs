@@ -383,7 +383,12 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
 /// `nic_tag_requirements` are copied into the VM, as CNAPI did.
 pub fn parse_allocate_body(body: &[u8]) -> Result<AllocateBody<'_>, BodyError> {
     let text = crate::scan::utf8_in_halves(body).map_err(|e| malformed(body, serde::de::Error::custom(e)))?;
-    let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(body, e))?;
+    parse_allocate_text(text)
+}
+
+/// [`parse_allocate_body`] of a body already known to be text.
+pub fn parse_allocate_text(text: &str) -> Result<AllocateBody<'_>, BodyError> {
+    let walked = Cursor::new(text).allocate_body().map_err(|e| malformed(text.as_bytes(), e))?;
     read_allocate_body(walked)
 }
 
@@ -595,7 +600,9 @@ impl<'a> ArrivingText<'a> {
         let before = self.valid;
         // Asked before the bytes are taken: if it was complete then, they are all of it.
         let complete = self.body.is_complete();
-        let bytes = self.body.received();
+        let (bytes, ascii) = self.body.received_ascii();
+        // Text the writer saw to be ASCII needs no check; it ends on a character boundary.
+        self.valid = self.valid.max(ascii);
         match crate::scan::utf8(&bytes[self.valid..]) {
             Ok(_) => self.valid = bytes.len(),
             // A character cut by the end of what came: up to it.
@@ -611,7 +618,8 @@ impl<'a> ArrivingText<'a> {
         self.given = true;
         self.complete = now_complete;
         // SAFETY: `bytes[..valid]` was checked as UTF-8 piece by piece, each piece ending on
-        // a character boundary, and those bytes never change.
+        // a character boundary, or seen to be ASCII as it was copied in; those bytes never
+        // change.
         Some(unsafe { std::str::from_utf8_unchecked(&bytes[..self.valid]) })
     }
 }
@@ -694,9 +702,11 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
     // The rest (vm, image, package, tickets) is small: read it once the body is whole. Its
     // bytes up to `text.valid` were checked as they came; only the rest is checked here.
     let whole = body.complete()?;
-    crate::scan::utf8(whole.get(text.valid..)?).ok()?;
-    // SAFETY: `whole[..text.valid]` was checked as UTF-8 piece by piece, ending on a
-    // character boundary (`ArrivingText::grow`), and the rest just now.
+    let checked = text.valid.max(body.received_ascii().1);
+    crate::scan::utf8(whole.get(checked..)?).ok()?;
+    // SAFETY: `whole[..checked]` was checked as UTF-8 piece by piece, ending on a character
+    // boundary (`ArrivingText::grow`), or seen to be ASCII as it was copied in; the rest
+    // just now.
     let whole = unsafe { std::str::from_utf8_unchecked(whole) };
     let mut c = Cursor::at(whole, c.pos);
     c.allocate_body_members(TopLevel::new(), Some(ServersMember::Array(Ok((raws, servers)))), false).ok()
@@ -810,6 +820,23 @@ pub(crate) mod tests {
                     "{} in pieces of {piece}",
                     String::from_utf8_lossy(body)
                 );
+            }
+        }
+        // Text past 127 (valid UTF-8 or not) after a long ASCII prefix, at offsets that put
+        // it in the head, a 64-byte block or the tail of what one piece copies.
+        let name = "h".repeat(300);
+        for pad in [0usize, 1, 15, 33, 64, 127] {
+            for odd in [&b"\xc3\xa9"[..], b"\xff", b"\xe2\x82"] {
+                let mut body = format!(
+                    r#"{{"servers": [{{"uuid": "a", "hostname": "{name}"}}, {{"uuid": "b", "hostname": "{}"#,
+                    "p".repeat(pad)
+                )
+                .into_bytes();
+                body.extend_from_slice(odd);
+                body.extend_from_slice(format!(r#"{name}"}}], "vm": {{}}, "image": {{}}}}"#).as_bytes());
+                for piece in [1usize, 64, 100, 4096] {
+                    assert_eq!(arriving(&body, piece, None), whole(&body), "{pad} {odd:?} in pieces of {piece}");
+                }
             }
         }
         // A body that stops arriving is an error, whatever was read of it.

@@ -303,16 +303,32 @@ pub fn buffer(capacity: usize) -> Vec<u8> {
 /// A whole body's bytes in a [`body_buffer`] (or an answer's in a [`buffer`]), given back
 /// ([`recycle`]) when dropped.
 #[derive(Default)]
-pub struct Body(Vec<u8>);
+pub struct Body {
+    bytes: Vec<u8>,
+    /// Seen to be all ASCII as it was copied in (so it is UTF-8 without a check).
+    ascii: bool,
+}
 
 impl Body {
     pub fn new(bytes: Vec<u8>) -> Body {
-        Body(bytes)
+        Body { bytes, ascii: false }
+    }
+
+    /// A body whose bytes were seen to be all ASCII ([`crate::scan::extend_noting_ascii`]).
+    pub fn known_ascii(bytes: Vec<u8>) -> Body {
+        debug_assert!(bytes.is_ascii());
+        Body { bytes, ascii: true }
+    }
+
+    /// The text, when it is known to be ASCII.
+    pub fn ascii_text(&self) -> Option<&str> {
+        // SAFETY: ASCII is UTF-8; `ascii` is set only by `known_ascii`, whose caller saw it.
+        self.ascii.then(|| unsafe { std::str::from_utf8_unchecked(&self.bytes) })
     }
 
     /// The bytes, not to be given back.
     pub fn into_vec(mut self) -> Vec<u8> {
-        std::mem::take(&mut self.0)
+        std::mem::take(&mut self.bytes)
     }
 }
 
@@ -320,19 +336,19 @@ impl std::ops::Deref for Body {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 
 impl AsRef<[u8]> for Body {
     fn as_ref(&self) -> &[u8] {
-        &self.0
+        &self.bytes
     }
 }
 
 impl Drop for Body {
     fn drop(&mut self) {
-        recycle(std::mem::take(&mut self.0));
+        recycle(std::mem::take(&mut self.bytes));
     }
 }
 
