@@ -41,32 +41,54 @@ pub fn extend_noting_ascii(dst: &mut Vec<u8>, src: &[u8]) -> bool {
     // written (the 64-byte blocks, then the rest) before the length takes them in; `src`
     // cannot overlap the spare room of `dst`.
     unsafe {
-        use std::arch::x86_64::{
-            __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128, _mm_storeu_si128,
-        };
         let out = dst.as_mut_ptr().add(dst.len());
-        let mut high = _mm_setzero_si128();
-        let mut i = 0;
-        while i + 64 <= src.len() {
-            let s = src.as_ptr().add(i).cast::<__m128i>();
-            let d = out.add(i).cast::<__m128i>();
-            let (a, b, c, e) =
-                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_storeu_si128(d, a);
-            _mm_storeu_si128(d.add(1), b);
-            _mm_storeu_si128(d.add(2), c);
-            _mm_storeu_si128(d.add(3), e);
-            high = _mm_or_si128(high, _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e)));
-            i += 64;
-        }
+        let (i, ascii) = copy_blocks_noting_ascii::<false>(src, out);
         std::ptr::copy_nonoverlapping(src.as_ptr().add(i), out.add(i), src.len() - i);
         dst.set_len(dst.len() + src.len());
-        _mm_movemask_epi8(high) == 0 && src[i..].is_ascii()
+        ascii && src[i..].is_ascii()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         dst.extend_from_slice(src);
         src.is_ascii()
+    }
+}
+
+/// Copies the whole 64-byte blocks at the start of `src` to `dst` (with non-temporal stores
+/// when `STREAM`), ORing the loads as it goes: how many bytes it copied, and whether they
+/// were all ASCII. The rest (under 64 bytes) is the caller's.
+///
+/// # Safety
+/// `dst` must be valid for `src.len()` bytes and not overlap `src`; with `STREAM`, it must
+/// be 16-byte aligned.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub unsafe fn copy_blocks_noting_ascii<const STREAM: bool>(src: &[u8], dst: *mut u8) -> (usize, bool) {
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128, _mm_storeu_si128,
+        _mm_stream_si128,
+    };
+    // SAFETY: as the caller promises; every load and store lies inside the first
+    // `src.len()` bytes of `src` and `dst`.
+    unsafe {
+        let mut high = _mm_setzero_si128();
+        let mut i = 0;
+        while i + 64 <= src.len() {
+            let s = src.as_ptr().add(i).cast::<__m128i>();
+            let d = dst.add(i).cast::<__m128i>();
+            let loaded =
+                [_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3))];
+            for (k, block) in loaded.into_iter().enumerate() {
+                if STREAM {
+                    _mm_stream_si128(d.add(k), block);
+                } else {
+                    _mm_storeu_si128(d.add(k), block);
+                }
+                high = _mm_or_si128(high, block);
+            }
+            i += 64;
+        }
+        (i, _mm_movemask_epi8(high) == 0)
     }
 }
 

@@ -173,32 +173,17 @@ impl Writer {
 /// `dst` must be valid for `src.len()` bytes and not overlap `src`.
 #[cfg(target_arch = "x86_64")]
 unsafe fn copy_streaming(src: &[u8], dst: *mut u8) -> bool {
-    use std::arch::x86_64::{
-        __m128i, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_setzero_si128, _mm_sfence, _mm_stream_si128,
-    };
     let len = src.len();
     let head = ((dst as usize).wrapping_neg() & 15).min(len);
-    // SAFETY: as the caller promises; the streamed stores are to 16-byte aligned addresses
-    // inside `dst`, and the fence orders them before the lock that publishes them.
+    // SAFETY: as the caller promises; the streamed stores start at `dst + head`, 16-byte
+    // aligned, and the fence orders them before the lock that publishes them.
     unsafe {
         std::ptr::copy_nonoverlapping(src.as_ptr(), dst, head);
-        let mut high = _mm_setzero_si128();
-        let mut i = head;
-        while i + 64 <= len {
-            let s = src.as_ptr().add(i).cast::<__m128i>();
-            let d = dst.add(i).cast::<__m128i>();
-            let (a, b, c, e) =
-                (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)), _mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
-            _mm_stream_si128(d, a);
-            _mm_stream_si128(d.add(1), b);
-            _mm_stream_si128(d.add(2), c);
-            _mm_stream_si128(d.add(3), e);
-            high = _mm_or_si128(high, _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, e)));
-            i += 64;
-        }
+        let (copied, blocks_ascii) = crate::scan::copy_blocks_noting_ascii::<true>(&src[head..], dst.add(head));
+        let i = head + copied;
         std::ptr::copy_nonoverlapping(src.as_ptr().add(i), dst.add(i), len - i);
-        _mm_sfence();
-        _mm_movemask_epi8(high) == 0 && src[..head].is_ascii() && src[i..].is_ascii()
+        std::arch::x86_64::_mm_sfence();
+        blocks_ascii && src[..head].is_ascii() && src[i..].is_ascii()
     }
 }
 
