@@ -366,7 +366,17 @@ pub struct CapacityAnswer {
 /// `exiting`: as [`AnswerOptions::exiting`], what was read and built is left to the end of
 /// the process.
 pub fn capacity(engine: &Engine, limits: &Limits, body: &[u8], exiting: bool) -> Result<CapacityAnswer, AnswerError> {
-    let CapacityBody { raw_servers, servers, members } = parse_capacity_request(body)?;
+    capacity_of(engine, limits, parse_capacity_request(body)?, exiting)
+}
+
+/// [`capacity`] of a body already read.
+pub fn capacity_of(
+    engine: &Engine,
+    limits: &Limits,
+    request: CapacityBody<'_>,
+    exiting: bool,
+) -> Result<CapacityAnswer, AnswerError> {
+    let CapacityBody { raw_servers, servers, members } = request;
     check_limits(limits, &servers)?;
     validate_server_list(&servers)?;
     // With `packages`: the totals and how many more VMs of each fit (crate::capacity).

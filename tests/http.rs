@@ -139,14 +139,17 @@ async fn bodies_past_ascii_are_checked_as_utf8() {
     let example = serde_json::to_vec(&example_request()).expect("JSON");
     let hostname = b"\"hostname\":\"";
     let at = example.windows(hostname.len()).position(|w| w == hostname).expect("a hostname") + hostname.len();
-    for (inserted, status) in [(&b"\xff"[..], 400), (b"\xc3\xa9", 200), (b"\xe2\x82", 400)] {
-        let mut body = example.clone();
-        body.splice(at..at, inserted.iter().copied());
-        let r = send(s.addr, "POST", "/allocate", &[("Content-Type", "application/json")], &body).await;
-        assert_eq!(r.status, status, "{inserted:?}: {}", String::from_utf8_lossy(&r.body));
-        if status == 400 {
-            assert_eq!(r.json()["code"], "InvalidJson");
-            assert!(r.json()["message"].as_str().is_some_and(|m| m.contains("unicode")), "{}", r.json());
+    // `/capacity` reads the same body (its `vm`, `image` and `package` unused).
+    for path in ["/allocate", "/capacity"] {
+        for (inserted, status) in [(&b"\xff"[..], 400), (b"\xc3\xa9", 200), (b"\xe2\x82", 400)] {
+            let mut body = example.clone();
+            body.splice(at..at, inserted.iter().copied());
+            let r = send(s.addr, "POST", path, &[("Content-Type", "application/json")], &body).await;
+            assert_eq!(r.status, status, "{path} {inserted:?}: {}", String::from_utf8_lossy(&r.body));
+            if status == 400 {
+                assert_eq!(r.json()["code"], "InvalidJson");
+                assert!(r.json()["message"].as_str().is_some_and(|m| m.contains("unicode")), "{}", r.json());
+            }
         }
     }
 }

@@ -19,7 +19,9 @@ use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::{AllocateBody, Server};
 use crate::validate::FieldError;
-use crate::wire::{parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body};
+use crate::wire::{
+    parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_capacity_request, parse_capacity_text,
+};
 
 pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
     let body = match body.into() {
@@ -418,8 +420,16 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     let app2 = app.clone();
     let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, reply| {
         let result = (|| {
-            let bytes = received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
-            let answer = answer::capacity(&engine, &app2.limits(), bytes, false)?;
+            let request = match received.ascii_text() {
+                Some(text) => parse_capacity_text(text),
+                None => {
+                    let bytes =
+                        received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
+                    parse_capacity_request(bytes)
+                }
+            }
+            .map_err(AnswerError::from)?;
+            let answer = answer::capacity_of(&engine, &app2.limits(), request, false)?;
             Ok((answer.body, answer.servers))
         })();
         reply.send(result);

@@ -225,6 +225,15 @@ impl Received {
             Received::Arriving(body) => body.complete(),
         }
     }
+
+    /// The whole body as text, when it was read whole and seen to be ASCII as it was
+    /// (so without a UTF-8 check of its own).
+    pub(super) fn ascii_text(&self) -> Option<&str> {
+        match self {
+            Received::Whole(body) => body.ascii_text(),
+            Received::Arriving(_) => None,
+        }
+    }
 }
 
 /// Bodies at least this big are read while they arrive (when the endpoint can). Smaller

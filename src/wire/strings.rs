@@ -37,13 +37,32 @@ impl SharedStrings {
         // The mix's high bits are its best spread.
         let slot = &mut self.slots[(hasher.finish() >> 56) as usize % SLOTS];
         match slot {
-            Some(kept) if **kept == *text => kept.clone(),
+            Some(kept) if short_eq(kept.as_bytes(), text.as_bytes()) => kept.clone(),
             _ => {
                 let made: Arc<str> = text.into();
                 *slot = Some(made.clone());
                 made
             }
         }
+    }
+}
+
+/// `a == b` for strings of at most [`LONGEST`] bytes, inline: two overlapping loads from
+/// each end (a slice compare calls `memcmp`, some 13 times a server, for a few bytes each).
+#[inline]
+fn short_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    fn ends<const W: usize>(s: &[u8]) -> Option<([u8; W], [u8; W])> {
+        Some((*s.first_chunk::<W>()?, *s.last_chunk::<W>()?))
+    }
+    match n {
+        16..=LONGEST => ends::<16>(a) == ends::<16>(b),
+        8..16 => ends::<8>(a) == ends::<8>(b),
+        4..8 => ends::<4>(a) == ends::<4>(b),
+        _ => a == b,
     }
 }
 
@@ -61,6 +80,20 @@ mod tests {
         let (c, d) = (strings.get(&long), strings.get(&long));
         assert!(!Arc::ptr_eq(&c, &d));
         assert_eq!((&*c, &*d), (long.as_str(), long.as_str()));
+    }
+
+    #[test]
+    fn short_texts_are_equal_exactly_when_their_bytes_are() {
+        for n in 0..=LONGEST {
+            let text: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            assert!(short_eq(&text, &text.clone()), "{n}");
+            for at in 0..n {
+                let mut other = text.clone();
+                other[at] ^= 1;
+                assert!(!short_eq(&text, &other), "{n} bytes, differing at {at}");
+            }
+            assert!(!short_eq(&text, &text[..n.saturating_sub(1)]) || n == 0, "{n}");
+        }
     }
 
     #[test]
