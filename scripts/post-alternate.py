@@ -5,9 +5,11 @@ python3 scripts/post-alternate.py BODY ROUNDS BIN... (config: $POST_CONFIG, defa
 answered), effective throughput (body bytes / wall), server CPU per POST (/proc/PID/stat, 10 ms
 ticks), VmHWM, the peak above the idle RSS (× the body), and VmRSS 5 s after the burst. See BENCHMARKS.md.
 The peak of anonymous memory (RssAnon, sampled every ~1 ms during the POSTs) is printed too:
-unlike VmHWM it leaves out the binary's own pages, which differ between builds by layout.
+unlike VmHWM it leaves out the binary's own pages, which differ between builds by layout
+(POST_SAMPLE=0 leaves the sampling out: it takes some of the host's CPU while it runs). Where
+the service logs them, its phases are printed too: the body in, read, decided, answered.
 """
-import http.client, os, socket, subprocess, sys, threading, time, statistics as st
+import http.client, json, os, socket, subprocess, sys, tempfile, threading, time, statistics as st
 body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 path = os.environ.get("POST_PATH", "/allocate")
 body = open(body_path, 'rb').read()
@@ -15,10 +17,12 @@ tick = os.sysconf('SC_CLK_TCK')
 def port():
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 servers = []
+logs = {}
 for b in bins:
     p = port()
     env = dict(os.environ, DAPI_LISTEN=f"127.0.0.1:{p}")
-    proc = subprocess.Popen([b, "serve", "--config", os.environ.get("POST_CONFIG", "../shared/bench/bench-config.json")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    logs[b] = tempfile.TemporaryFile()
+    proc = subprocess.Popen([b, "serve", "--config", os.environ.get("POST_CONFIG", "../shared/bench/bench-config.json")], env=env, stdout=logs[b], stderr=subprocess.DEVNULL)
     servers.append((b, p, proc))
 time.sleep(1.5)
 def cpu(pid):
@@ -44,7 +48,8 @@ def sample_anon():
                 pass
         time.sleep(0.001)
 sampler = threading.Thread(target=sample_anon, daemon=True)
-sampler.start()
+if os.environ.get("POST_SAMPLE", "1") != "0":
+    sampler.start()
 conns = {b: http.client.HTTPConnection("127.0.0.1", p) for b, p, _ in servers}
 res = {b: ([], []) for b in bins}
 for r in range(rounds + 1):
@@ -71,4 +76,12 @@ for b, p, proc in servers:
     grew_anon = (peak_anon[b] - idle_anon[b]) * 2**20
     print(f"{b}: RssAnon idle {idle_anon[b]:.1f} MiB; sampled peak above it {grew_anon/1e6:.1f} MB = {grew_anon/len(body):.2f}x the body")
     proc.terminate()
+    proc.wait()
+    # The service's own account of each POST (its log line), the first round left out.
+    logs[b].seek(0)
+    lines = [json.loads(l) for l in logs[b].read().splitlines() if l.startswith(b"{")]
+    lines = [l for l in lines if l.get("msg") == "request" and l.get("path") == path][1:]
+    keys = [k for k in ("body_ms", "read_ms", "decided_ms", "latency_ms") if lines and all(k in l for l in lines)]
+    if keys:
+        print(f"{b}: phases, median ms from the body's first read: " + ", ".join(f"{k[:-3]} {st.median(l[k] for l in lines):.1f}" for k in keys))
 print(open("/proc/loadavg").read().strip())

@@ -133,6 +133,12 @@ fn every_request_is_one_bunyan_line() {
     assert_eq!(line["servers"], 4);
     assert_eq!(line["server"], reply.json()["server"]["uuid"]);
     assert!(line["latency_ms"].is_number());
+    // Where the time went, in order: the body in, read, decided, then answered.
+    let phases: Vec<f64> = ["body_ms", "read_ms", "decided_ms", "latency_ms"]
+        .iter()
+        .map(|key| line[key].as_f64().unwrap_or_else(|| panic!("{key} is a number in {line}")))
+        .collect();
+    assert!(phases.windows(2).all(|w| w[0] <= w[1]), "phases out of order: {phases:?} in {line}");
 }
 
 #[test]

@@ -101,6 +101,7 @@ pub(super) fn allocate_body<'a, T>(
         Received::Arriving(body) => parse_arriving_allocate_body(body),
     }
     .map_err(AnswerError::from)?;
+    reply.read();
     if watched {
         // A replay or the shadow must draw the same random numbers as the answer did.
         super::watch::fix_seed(&mut request, engine);
@@ -125,6 +126,7 @@ pub(super) fn allocate_body<'a, T>(
     }
     let allocation = answer::decide_noting(engine, &app.limits(), &mut request, explain.is_some())?;
     app.metrics.record_steps(&allocation.steps);
+    reply.decided();
     Ok((request, Some(allocation)))
 }
 
@@ -135,7 +137,7 @@ pub(super) fn reply_batch(
     app: &AppState,
     request: AllocateBody<'_>,
     format: Option<StepsFormat>,
-    reply: Reply<(StatusCode, AnswerBody, Outcome)>,
+    mut reply: Reply<(StatusCode, AnswerBody, Outcome)>,
     watched: bool,
 ) -> Option<BatchDone> {
     let servers = request.servers.len();
@@ -153,6 +155,7 @@ pub(super) fn reply_batch(
         }
         (status, AnswerBody::Whole(answer.body), outcome)
     });
+    reply.decided();
     reply.send(result.map_err(ApiError::from));
     done
 }
@@ -418,8 +421,8 @@ pub async fn allocate(
 )]
 pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, reply| {
-        let result = (|| {
+    let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, mut reply| {
+        let mut result = || {
             let request = match received.ascii_text() {
                 Some(text) => parse_capacity_text(text),
                 None => {
@@ -429,9 +432,12 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
                 }
             }
             .map_err(AnswerError::from)?;
+            reply.read();
             let answer = answer::capacity_of(&engine, &app2.limits(), request, false)?;
+            reply.decided();
             Ok((answer.body, answer.servers))
-        })();
+        };
+        let result = result();
         reply.send(result);
     })
     .await;

@@ -190,7 +190,7 @@ async fn read_frames(
             digest.update(&data);
         }
     }
-    Ok(BodySeen { bytes, digest: digest.finish() })
+    Ok(BodySeen { bytes, digest: digest.finish(), phases: Phases::default() })
 }
 
 /// Reads the whole body into one buffer sized from `Content-Length`, so a large request is
@@ -241,11 +241,36 @@ impl Received {
 /// read whole and parsed under the one-per-core gate, which serves many of them best.
 const ARRIVING_FROM: usize = 1 << 20;
 
-/// Size and digest of a request body, logged instead of the body itself.
+/// Size and digest of a request body, logged instead of the body itself; and when, after
+/// its reading began, it was in, read and decided.
 #[derive(Debug, Clone)]
 pub struct BodySeen {
     pub bytes: usize,
     pub digest: String,
+    pub phases: Phases,
+}
+
+/// Where a request's time went, each in ms from when its body began to be read: the body
+/// in (its last byte received), the body read (parsed), the answer decided. A big body is
+/// read while it arrives, so `read_ms` comes soon after `body_ms`; what follows `decided_ms`
+/// is writing and sending the answer. A phase not reached (or not timed: a small request
+/// answered inline) is `None`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Phases {
+    pub body_ms: Option<f64>,
+    pub read_ms: Option<f64>,
+    pub decided_ms: Option<f64>,
+}
+
+/// What a request's work noted of its phases ([`Reply::read`], [`Reply::decided`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct WorkMarks {
+    read: Option<Duration>,
+    decided: Option<Duration>,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 /// How a request's work hands back its result: as soon as the answer is ready, so that
@@ -253,10 +278,13 @@ pub struct BodySeen {
 /// left. Sending also gives back the request's core and its permit: the request is
 /// answered, so its client may send the next one at once and not be refused.
 pub struct Reply<T> {
-    tx: tokio::sync::oneshot::Sender<Result<T, ApiError>>,
+    tx: tokio::sync::oneshot::Sender<(Result<T, ApiError>, WorkMarks)>,
     core: Option<OwnedSemaphorePermit>,
     cores: Arc<tokio::sync::Semaphore>,
     permit: OwnedSemaphorePermit,
+    /// When the body began to be read.
+    origin: Instant,
+    marks: WorkMarks,
 }
 
 impl<T> Reply<T> {
@@ -275,21 +303,31 @@ impl<T> Reply<T> {
         self.tx.is_closed()
     }
 
+    /// Notes that the body has been read (parsed), for the request's log line.
+    pub(super) fn read(&mut self) {
+        self.marks.read = Some(self.origin.elapsed());
+    }
+
+    /// Notes that the answer has been decided, for the request's log line.
+    pub(super) fn decided(&mut self) {
+        self.marks.decided = Some(self.origin.elapsed());
+    }
+
     pub(super) fn send(self, result: Result<T, ApiError>) {
-        let Reply { tx, core: _core, permit, .. } = self;
+        let Reply { tx, core: _core, permit, marks, .. } = self;
         // Given back before the answer leaves, or the client's next request could find
         // them still taken.
         drop((_core, permit));
         // The request may have timed out and gone: nobody is left to answer.
-        let _ = tx.send(result);
+        let _ = tx.send((result, marks));
     }
 
     /// Sends the head of an answer whose body follows in parts: the permit stays with the
     /// caller until the last part is sent (the request is held until then).
     pub(super) fn send_head(self, result: Result<T, ApiError>) -> OwnedSemaphorePermit {
-        let Reply { tx, core, permit, .. } = self;
+        let Reply { tx, core, permit, marks, .. } = self;
         drop(core);
-        let _ = tx.send(result);
+        let _ = tx.send((result, marks));
         permit
     }
 }
@@ -336,6 +374,7 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
     let pace = UploadPace::of(&limits);
     let engine = app.engine();
     let mut seen = None;
+    let origin = Instant::now();
     let run = async {
         let declared = declared_length(headers, limits.max_body_bytes)?;
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -346,7 +385,7 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
             // Read while it arrives: the work starts now, and takes a core once parsed.
             Some(len) => {
                 let (body_so_far, mut writer) = Arriving::new(len);
-                let reply = Reply { tx, core: None, cores, permit };
+                let reply = Reply { tx, core: None, cores, permit, origin, marks: WorkMarks::default() };
                 let task = tokio::task::spawn_blocking(move || work(engine, Received::Arriving(body_so_far), reply));
                 let too_long = || ApiError::Malformed("the body is longer than its Content-Length".into());
                 seen = Some(
@@ -355,6 +394,9 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                     })
                     .await?,
                 );
+                if let Some(seen) = seen.as_mut() {
+                    seen.phases.body_ms = Some(ms(origin.elapsed()));
+                }
                 if !writer.finish() {
                     return Err(ApiError::Malformed("the body is shorter than its Content-Length".into()));
                 }
@@ -365,7 +407,10 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                     BodyEncoding::Identity => read_body(declared, body, limits.max_body_bytes, pace).await?,
                     BodyEncoding::Gzip => read_gzip_body(body, limits.max_body_bytes, pace).await?,
                 };
-                seen = Some(body_seen);
+                seen = Some(BodySeen {
+                    phases: Phases { body_ms: Some(ms(origin.elapsed())), ..body_seen.phases },
+                    ..body_seen
+                });
                 // Only bodies that could have been read whole anyway: a big one (gzip) is
                 // not looked at on the runtime's thread.
                 if let Some(inline) = (bytes.len() < ARRIVING_FROM).then(|| inline(&bytes)).flatten() {
@@ -376,12 +421,18 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                 }
                 // The semaphore is never closed, so waiting only ends with a core.
                 let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
-                let reply = Reply { tx, core: Some(core), cores, permit };
+                let reply = Reply { tx, core: Some(core), cores, permit, origin, marks: WorkMarks::default() };
                 tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
             }
         };
         match rx.await {
-            Ok(result) => result,
+            Ok((result, marks)) => {
+                if let Some(seen) = seen.as_mut() {
+                    seen.phases.read_ms = marks.read.map(ms);
+                    seen.phases.decided_ms = marks.decided.map(ms);
+                }
+                result
+            }
             // The work ended without answering: it panicked.
             Err(_) => match task.await {
                 Err(join) => Err(ApiError::Internal(format!("the request failed unexpectedly: {join}"))),

@@ -218,29 +218,30 @@ async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: N
     let latency_ms = latency.as_secs_f64() * 1000.0;
     let method = method.as_str();
     // Bodies are never logged: their size and digest identify them.
-    let (body_bytes, body_digest) = match response.extensions().get::<intake::BodySeen>() {
-        Some(seen) => (seen.bytes, seen.digest.as_str()),
-        None => (0, ""),
+    let (body_bytes, body_digest, phases) = match response.extensions().get::<intake::BodySeen>() {
+        Some(seen) => (seen.bytes, seen.digest.as_str(), seen.phases),
+        None => (0, "", intake::Phases::default()),
     };
+    let intake::Phases { body_ms, read_ms, decided_ms } = phases;
     match response.extensions().get::<Outcome>() {
         Some(Outcome::Allocated { servers, uuid }) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, server = %uuid, "request"
+            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, server = %uuid, "request"
         ),
         Some(Outcome::NoServer { servers, reason }) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, reason = %reason, "request"
+            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, reason = %reason, "request"
         ),
         Some(Outcome::Capacity { servers }) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, servers, "request")
+            tracing::info!(req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, "request")
         }
         // Shedding load (503) is normal operation: a warning, not an error.
         Some(Outcome::Failed(error)) if status == 503 => tracing::warn!(
-            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
         ),
         Some(Outcome::Failed(error)) if status >= 500 => tracing::error!(
-            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
         ),
         Some(Outcome::Failed(error)) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_bytes, body_digest, error = %error, "request"
+            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
         ),
         Some(Outcome::Ping) | None => tracing::debug!(req_id = %id, method, path, status, latency_ms, "request"),
     }
