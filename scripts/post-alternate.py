@@ -74,7 +74,8 @@ for b, p, proc in servers:
     grew = (hwm(proc.pid) - idle[b]) * 2**20
     print(f"{b}: VmRSS idle before the first POST {idle[b]:.1f} MiB; peak above it {grew/1e6:.1f} MB = {grew/len(body):.2f}x the body")
     grew_anon = (peak_anon[b] - idle_anon[b]) * 2**20
-    print(f"{b}: RssAnon idle {idle_anon[b]:.1f} MiB; sampled peak above it {grew_anon/1e6:.1f} MB = {grew_anon/len(body):.2f}x the body")
+    if sampler.is_alive() or grew_anon:
+        print(f"{b}: RssAnon idle {idle_anon[b]:.1f} MiB; sampled peak above it {grew_anon/1e6:.1f} MB = {grew_anon/len(body):.2f}x the body")
     proc.terminate()
     proc.wait()
     # The service's own account of each POST (its log line), the first round left out.

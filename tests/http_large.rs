@@ -96,6 +96,44 @@ async fn a_big_body_is_read_as_it_arrives_with_the_same_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_big_capacity_body_is_read_as_it_arrives_with_the_same_answers() {
+    let s = start(&[]).await;
+    let req = datacenter(500);
+    let config = dapi::config::ServiceConfig::load(None, Vec::new()).expect("default config");
+    let engine = config.engine().expect("engine");
+    let capacity = |body: &[u8]| dapi::answer::capacity(&engine, &config.limits, body, false);
+    // `{"servers": [...], ...}` (read while it arrives) and the bare array (read whole).
+    let bare = serde_json::to_vec(&req["servers"]).expect("body");
+    for body in [serde_json::to_vec(&req).expect("body"), bare] {
+        assert!(body.len() > 1 << 20, "big enough to be read while it arrives");
+        let reply = send(s.addr, "POST", "/capacity", &[("Content-Type", "application/json")], &body).await;
+        assert_eq!(reply.status, 200);
+        assert!(reply.body == capacity(&body).expect("a capacity answer").body, "the answers differ");
+    }
+    // A server the schema refuses, and a body cut short: the errors of a body read whole.
+    let mut bad = req.clone();
+    bad["servers"][1500] = json!(7);
+    let reply = send(
+        s.addr,
+        "POST",
+        "/capacity",
+        &[("Content-Type", "application/json")],
+        &serde_json::to_vec(&bad).expect("body"),
+    )
+    .await;
+    assert_eq!(reply.status, 422);
+    assert_eq!(reply.json()["errors"][0]["field"], "servers[1500]");
+    let mut broken = serde_json::to_vec(&req).expect("body");
+    broken.pop();
+    let reply = send(s.addr, "POST", "/capacity", &[("Content-Type", "application/json")], &broken).await;
+    assert_eq!(reply.status, 400);
+    let Err(dapi::model::BodyError::Malformed(message)) = dapi::wire::parse_capacity_request(&broken) else {
+        panic!("a body cut short is malformed")
+    };
+    assert_eq!(reply.json()["message"], json!(message));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_big_body_that_stops_arriving_is_given_up_and_frees_its_permit() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let s =

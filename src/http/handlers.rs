@@ -20,7 +20,8 @@ use crate::explain::ExplainOptions;
 use crate::model::{AllocateBody, Server};
 use crate::validate::FieldError;
 use crate::wire::{
-    parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_capacity_request, parse_capacity_text,
+    parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_arriving_capacity_body,
+    parse_capacity_request, parse_capacity_text,
 };
 
 pub(super) fn json_response(status: StatusCode, body: impl Into<AnswerBody>, outcome: Outcome) -> Response {
@@ -421,18 +422,22 @@ pub async fn allocate(
 )]
 pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     let app2 = app.clone();
-    let (seen, result) = run_limited(&app, &headers, body, false, move |engine, received, mut reply| {
+    // A big body is read while it arrives, as `/allocate`'s is.
+    let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
         let mut result = || {
-            let request = match received.ascii_text() {
-                Some(text) => parse_capacity_text(text),
-                None => {
-                    let bytes =
-                        received.whole().ok_or_else(|| ApiError::Malformed("the body did not arrive whole".into()))?;
-                    parse_capacity_request(bytes)
-                }
+            let request = match &received {
+                Received::Whole(body) => match body.ascii_text() {
+                    Some(text) => parse_capacity_text(text),
+                    None => parse_capacity_request(body),
+                },
+                Received::Arriving(body) => parse_arriving_capacity_body(body),
             }
             .map_err(AnswerError::from)?;
             reply.read();
+            reply.computing();
+            if reply.abandoned() {
+                return Err(ApiError::Unavailable("the request was given up before it was answered".into()));
+            }
             let answer = answer::capacity_of(&engine, &app2.limits(), request, false)?;
             reply.decided();
             Ok((answer.body, answer.servers))

@@ -211,29 +211,11 @@ async fn read_body(
     Ok((if ascii { WholeBody::known_ascii(buf) } else { WholeBody::new(buf) }, seen))
 }
 
-/// A request body as handed to the work: whole, or (big allocations) still arriving.
+/// A request body as handed to the work: whole, or (a big one, for `/allocate` or
+/// `/capacity`) still arriving.
 pub enum Received {
     Whole(crate::wire::pages::Body),
     Arriving(Arc<Arriving>),
-}
-
-impl Received {
-    /// The whole body (waiting for the rest of an arriving one); `None` if it never came.
-    pub(super) fn whole(&self) -> Option<&[u8]> {
-        match self {
-            Received::Whole(bytes) => Some(bytes),
-            Received::Arriving(body) => body.complete(),
-        }
-    }
-
-    /// The whole body as text, when it was read whole and seen to be ASCII as it was
-    /// (so without a UTF-8 check of its own).
-    pub(super) fn ascii_text(&self) -> Option<&str> {
-        match self {
-            Received::Whole(body) => body.ascii_text(),
-            Received::Arriving(_) => None,
-        }
-    }
 }
 
 /// Bodies at least this big are read while they arrive (when the endpoint can). Smaller

@@ -533,6 +533,20 @@ pub fn parse_capacity_text(text: &str) -> Result<CapacityBody<'_>, BodyError> {
     }
 }
 
+/// [`parse_capacity_request`] of a body still arriving: `{"servers": [...], ...}` has its
+/// servers read as they come, as `/allocate`'s body does ([`parse_arriving_allocate_body`]);
+/// anything else (a bare array, `servers` not first, anything unusual) waits for the whole
+/// body and is read as [`parse_capacity_request`] reads it.
+pub fn parse_arriving_capacity_body(body: &Arriving) -> Result<CapacityBody<'_>, BodyError> {
+    if let Some((members, Some(ServersMember::Array(Ok((raw_servers, servers)))))) = walk_arriving(body) {
+        return Ok(CapacityBody { raw_servers, servers, members });
+    }
+    match body.complete() {
+        Some(bytes) => parse_capacity_request(bytes),
+        None => Err(BodyError::Malformed("the body did not arrive whole".into())),
+    }
+}
+
 fn capacity_fast(text: &str) -> Option<CapacityBody<'_>> {
     let mut cursor = Cursor::new(text);
     let (servers, members) = match cursor.peek()? {
@@ -1230,12 +1244,50 @@ pub(crate) mod tests {
             for body in capacity_bodies(original).iter().flat_map(|b| [mutated(b, &edits), js_only(b, &js_edits), b.clone()]) {
                 let fast = capacity_read(parse_capacity_request(&body));
                 let plain = capacity_read(parse_capacity_plain(&body));
+                proptest::prop_assert_eq!(capacity_arriving(&body, 4096), plain.clone());
                 if let Ok(text) = std::str::from_utf8(&body) {
                     proptest::prop_assert_eq!(capacity_read(parse_capacity_text(text)), plain.clone());
                 }
                 proptest::prop_assert_eq!(fast, plain);
             }
         }
+    }
+
+    /// `parse_arriving_capacity_body` of `body` written in pieces of `piece` bytes by
+    /// another thread, as [`capacity_read`] gives it.
+    fn capacity_arriving(body: &[u8], piece: usize) -> String {
+        let (arriving, mut writer) = Arriving::new(body.len());
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for chunk in body.chunks(piece) {
+                    writer.push(chunk);
+                    std::thread::yield_now();
+                }
+                writer.finish();
+            });
+            capacity_read(parse_arriving_capacity_body(&arriving))
+        })
+    }
+
+    #[test]
+    fn a_capacity_body_read_while_it_arrives_reads_as_a_whole_one() {
+        let mut streamed = 0;
+        for body in case_bodies() {
+            for body in capacity_bodies(&body) {
+                let plain = capacity_read(parse_capacity_plain(&body));
+                for piece in [64, 4096] {
+                    assert_eq!(capacity_arriving(&body, piece), plain, "pieces of {piece}");
+                }
+                streamed += usize::from(streamed_capacity(&body));
+            }
+        }
+        // The object form of every case has its servers read as they come.
+        assert!(streamed >= case_bodies().len(), "only {streamed} bodies were read while they arrived");
+    }
+
+    /// Whether a `/capacity` body's servers were read while it arrived.
+    fn streamed_capacity(body: &[u8]) -> bool {
+        body.starts_with(br#"{"servers":["#) && streamed(body, 4096)
     }
 
     #[test]

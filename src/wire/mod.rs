@@ -40,8 +40,8 @@ mod vms;
 
 pub use arriving::{Arriving, Writer as ArrivingWriter};
 pub use body::{
-    parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_capacity_body, parse_capacity_plain,
-    parse_capacity_request, parse_capacity_text, CapacityBody,
+    parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_arriving_capacity_body,
+    parse_capacity_body, parse_capacity_plain, parse_capacity_request, parse_capacity_text, CapacityBody,
 };
 
 #[cfg(test)]
