@@ -385,14 +385,12 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                 task
             }
             None => {
-                let (bytes, body_seen) = match encoding {
+                let (bytes, mut body_seen) = match encoding {
                     BodyEncoding::Identity => read_body(declared, body, limits.max_body_bytes, pace).await?,
                     BodyEncoding::Gzip => read_gzip_body(body, limits.max_body_bytes, pace).await?,
                 };
-                seen = Some(BodySeen {
-                    phases: Phases { body_ms: Some(ms(origin.elapsed())), ..body_seen.phases },
-                    ..body_seen
-                });
+                body_seen.phases.body_ms = Some(ms(origin.elapsed()));
+                seen = Some(body_seen);
                 // Only bodies that could have been read whole anyway: a big one (gzip) is
                 // not looked at on the runtime's thread.
                 if let Some(inline) = (bytes.len() < ARRIVING_FROM).then(|| inline(&bytes)).flatten() {

@@ -45,7 +45,7 @@ impl Plugin for HardFilterMinCpu {
             true => Requirement::Spare(Js::Num(req.vm_cpu_cap().num() / pkg.overprovision_cpu.num())),
             false => Requirement::NoRatio,
         };
-        Ok(keep_passing(req, servers, reasons, false, |req, id| {
+        Ok(keep_passing(req, servers, reasons, true, |req, id| {
             Resource::Cpu.verdict(req, id, &requirement, |want, spare| {
                 format!("VM's calculated {want} CPU is less than server's spare {spare}")
             })

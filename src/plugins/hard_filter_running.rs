@@ -9,7 +9,6 @@ static DECLARATION: Declaration =
 
 impl ServerFilter for HardFilterRunning {
     type Prepared = ();
-    const PARALLEL: bool = true;
     fn declaration(&self) -> &'static Declaration {
         &DECLARATION
     }
