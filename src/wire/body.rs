@@ -738,9 +738,9 @@ fn walk_arriving(body: &Arriving) -> Option<Walked<'_>> {
 pub(crate) mod tests {
     use super::*;
 
-    /// `parse_arriving_allocate_body` of `body` written in pieces of `piece` bytes by
-    /// another thread (or abandoned after `cut` bytes), as its Debug text.
-    fn arriving(body: &[u8], piece: usize, cut: Option<usize>) -> String {
+    /// `read` of `body` as another thread writes it in pieces of `piece` bytes (or
+    /// abandons it after `cut` bytes).
+    fn while_arriving<R>(body: &[u8], piece: usize, cut: Option<usize>, read: impl FnOnce(&Arriving) -> R) -> R {
         let (arriving, mut writer) = Arriving::new(body.len());
         std::thread::scope(|scope| {
             scope.spawn(move || {
@@ -753,23 +753,19 @@ pub(crate) mod tests {
                     writer.finish();
                 }
             });
-            format!("{:?}", parse_arriving_allocate_body(&arriving))
+            read(&arriving)
         })
+    }
+
+    /// `parse_arriving_allocate_body` of `body` written in pieces of `piece` bytes by
+    /// another thread (or abandoned after `cut` bytes), as its Debug text.
+    fn arriving(body: &[u8], piece: usize, cut: Option<usize>) -> String {
+        while_arriving(body, piece, cut, |arriving| format!("{:?}", parse_arriving_allocate_body(arriving)))
     }
 
     /// Whether the servers of `body`, written in pieces, were read while it arrived.
     fn streamed(body: &[u8], piece: usize) -> bool {
-        let (arriving, mut writer) = Arriving::new(body.len());
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                for chunk in body.chunks(piece) {
-                    writer.push(chunk);
-                    std::thread::yield_now();
-                }
-                writer.finish();
-            });
-            walk_arriving(&arriving).is_some()
-        })
+        while_arriving(body, piece, None, |arriving| walk_arriving(arriving).is_some())
     }
 
     fn whole(body: &[u8]) -> String {
@@ -1256,17 +1252,7 @@ pub(crate) mod tests {
     /// `parse_arriving_capacity_body` of `body` written in pieces of `piece` bytes by
     /// another thread, as [`capacity_read`] gives it.
     fn capacity_arriving(body: &[u8], piece: usize) -> String {
-        let (arriving, mut writer) = Arriving::new(body.len());
-        std::thread::scope(|scope| {
-            scope.spawn(move || {
-                for chunk in body.chunks(piece) {
-                    writer.push(chunk);
-                    std::thread::yield_now();
-                }
-                writer.finish();
-            });
-            capacity_read(parse_arriving_capacity_body(&arriving))
-        })
+        while_arriving(body, piece, None, |arriving| capacity_read(parse_arriving_capacity_body(arriving)))
     }
 
     #[test]

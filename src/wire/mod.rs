@@ -16,11 +16,11 @@
 //!   server halfway, whose servers count only if the first thread arrives exactly there.
 //!   `/capacity` bodies take the same walk; anything it does not take is read by the plain
 //!   reader ([`parse_capacity_plain`]), which words the error.
-//! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more is parsed while the
-//!   client is still sending it; each server is read as soon as its bytes are in, and once
-//!   all of it is in, the rest as a whole body's (by two threads). Anything unusual
-//!   (`servers` not first, a bad server, bad JSON) waits for the whole body and reads it the
-//!   ordinary way.
+//! * **Reading while arriving** ([`arriving`]): a body of 1 MiB or more (`/allocate`'s or
+//!   `/capacity`'s) is parsed while the client is still sending it; each server is read as
+//!   soon as its bytes are in, and once all of it is in, the rest as a whole body's (by two
+//!   threads). Anything unusual (`servers` not first, a bad server, bad JSON) waits for the
+//!   whole body and reads it the ordinary way.
 //!
 //! A server's schema verdict is worked out while it is read (its data is in cache then).
 //! The fast readers share repeated short strings ([`strings`]): a datacenter's servers
