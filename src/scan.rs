@@ -140,6 +140,52 @@ pub fn string_end(bytes: &[u8], from: usize) -> Option<usize> {
     return words::string_end(bytes, from);
 }
 
+/// The end of the JSON value at `at` in text already read as JSON (a server's as it came):
+/// strings are stepped over by their escapes and containers by their depth, and nothing
+/// else is checked again. `None` where the text is not even shaped like a value there.
+pub fn json_value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match *bytes.get(at)? {
+        b'"' => quoted_end(bytes, at + 1),
+        b'{' | b'[' => {
+            let (mut depth, mut i) = (0usize, at);
+            loop {
+                match *bytes.get(i)? {
+                    b'"' => {
+                        i = quoted_end(bytes, i + 1)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let len = bytes[at..].iter().position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'));
+            let end = len.map_or(bytes.len(), |len| at + len);
+            (end > at).then_some(end)
+        }
+    }
+}
+
+/// Past the closing quote of the string whose text starts at `from`.
+fn quoted_end(bytes: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let stop = string_end(bytes, from)?;
+        match bytes[stop] {
+            b'"' => return Some(stop + 1),
+            b'\\' => from = stop + 2,
+            _ => return None,
+        }
+    }
+}
+
 /// One bit per byte where `a` and `b` differ (bit `i` for byte `i`): the VM reader's test
 /// of the text between two values against the last VM's.
 #[inline(always)]

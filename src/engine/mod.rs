@@ -201,6 +201,9 @@ impl Engine {
         if explain {
             req.record_notes();
         }
+        // Every server's reason key is made here rather than in whichever plugin records
+        // the first reason, so that each plugin's time (`/metrics`) is its own.
+        req.keys();
         let mut steps = Vec::new();
         let input: Vec<ServerId> = (0..held.servers.len()).collect();
         let survivors = self.chain.run(&mut req, input, &mut steps)?;
