@@ -252,3 +252,22 @@ async fn the_service_places_a_batch_and_a_single_vm_as_before() {
     let single = reply.json();
     assert!(single["server"]["uuid"].is_string() && single.get("vms").is_none());
 }
+
+/// A VM of a fractional size is placed (its payload is valid), and so is the next: the VMs
+/// a batch places are not held to the schema of the VMs callers send, whose
+/// `max_physical_memory` is whole (before, the first VM made its server invalid, and the
+/// second found no server).
+#[test]
+fn vms_of_a_fractional_size_are_placed_one_after_another() {
+    let mut body = with_ram(1024);
+    body["vm"]["ram"] = json!(1024.5);
+    body["vm"]["max_physical_memory"] = json!(1024.5);
+    body["package"]["max_physical_memory"] = json!(1024.5);
+    let servers = body["servers"].as_array().expect("servers").len();
+    body["count"] = json!(servers + 2);
+    let (verdict, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(verdict.status(), 200, "{answer}");
+    let vms = answer["vms"].as_array().expect("vms");
+    assert_eq!(vms.len(), servers + 2);
+    assert!(vms.iter().all(|vm| vm["server_uuid"].is_string()), "{answer}");
+}

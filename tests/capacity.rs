@@ -126,6 +126,25 @@ fn slots(answer: &Value, package: usize) -> Vec<(String, u64, String)> {
     list
 }
 
+/// Packages of a fractional size are counted alike both ways: the VMs exact mode places
+/// are not held to the schema of the VMs callers send (before, the first VM placed made its
+/// server invalid, and the exact count stopped at one a server).
+#[test]
+fn fractional_sizes_count_alike_both_ways() {
+    let engine = engine(json!({"filter_vm_limit": 6, "filter_large_servers": false}), true);
+    let packages = json!([
+        {"name": "half", "max_physical_memory": 1023.5, "quota": 10240, "cpu_cap": 100},
+        {"name": "odd", "max_physical_memory": 1024, "quota": 10239.5, "cpu_cap": 100}
+    ]);
+    let body = json!({"servers": datacenter(), "packages": packages, "exact": true});
+    let answer = ask(&engine, &body).expect("answered");
+    for p in 0..2 {
+        let package = &answer["packages"][p];
+        assert!(package["slots"].as_u64() > Some(4), "{package}");
+        assert_eq!(package["exact"]["slots"], package["slots"], "{package}");
+    }
+}
+
 #[test]
 fn each_dimension_limits_once_and_the_counts_are_known() {
     let engine = engine(json!({"filter_vm_limit": 6, "filter_large_servers": false}), true);

@@ -95,6 +95,7 @@ impl ProvisionedVm {
                 tags: vm.tags.clone(),
                 internal_metadata: vm.internal_metadata.clone(),
                 docker: vm.docker.clone(),
+                placed: true,
             },
             quota_bytes: quota_gib * GIB,
             zvol_bytes,

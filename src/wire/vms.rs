@@ -172,6 +172,7 @@ impl<'a> Received<'a> {
             tags: self.tags.into_js(),
             internal_metadata: self.internal_metadata.into_js(),
             docker: self.docker.into_js(),
+            placed: false,
         })
     }
 }

@@ -252,6 +252,7 @@ fn validate_vm(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
         Ok(None) => return None,
         // Plain VMs passed these checks when they were read.
         Ok(Some(ServerVm::Plain(_))) => return None,
+        Ok(Some(ServerVm::Full(vm))) if vm.placed => return None,
         Ok(Some(ServerVm::Full(vm))) => vm,
     };
     let fields: Leaves<5> = [
