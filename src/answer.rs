@@ -316,6 +316,7 @@ pub fn allocate_in_parts(
 ) -> Result<Answer, AnswerError> {
     let mut request = parse_allocate_body(body)?;
     if request.batch.is_batch() || batch.count.is_some() {
+        batch_not_explained(explain.as_ref())?;
         let answer = crate::batch::allocate_batch(engine, limits, request, batch)?;
         return Ok(Answer { verdict: answer.verdict(), body: answer.body });
     }
@@ -329,6 +330,18 @@ pub fn allocate_in_parts(
         std::mem::forget((request, allocation));
     }
     Ok(Answer { verdict, body: out })
+}
+
+/// A batch asked to be explained is refused (422 naming `explain`): answered, it would lack
+/// the member asked for.
+pub fn batch_not_explained(explain: Option<&ExplainOptions>) -> Result<(), AnswerError> {
+    match explain {
+        None => Ok(()),
+        Some(_) => Err(AnswerError::Invalid(vec![FieldError::invalid(
+            "explain",
+            "explains one allocation, not a batch (vms or count): ask for each VM on its own",
+        )])),
+    }
 }
 
 /// `dapi explain`: the explanation of one request as a terminal report.

@@ -271,3 +271,26 @@ fn vms_of_a_fractional_size_are_placed_one_after_another() {
     assert_eq!(vms.len(), servers + 2);
     assert!(vms.iter().all(|vm| vm["server_uuid"].is_string()), "{answer}");
 }
+
+/// A batch asked to be explained is refused, naming `explain`, rather than answered without
+/// the member asked for; over HTTP too, where `why_not` asks for it as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_not_explained_but_refused() {
+    let (engine, limits) = engine();
+    let mut body = example_request();
+    body["count"] = json!(2);
+    let bytes = serde_json::to_vec(&body).expect("json");
+    let asked = Some(dapi::explain::ExplainOptions::default());
+    match answer::allocate_with(&engine, &limits, &bytes, AnswerOptions::default(), BatchOptions::default(), asked) {
+        Err(AnswerError::Invalid(errors)) => assert_eq!(errors[0].field, "explain"),
+        other => panic!("expected 422, got {other:?}"),
+    }
+    let service = start(&[]).await;
+    for query in ["?explain=true", "?why_not=00000000-0000-4000-8000-000000000000"] {
+        let reply = post_json(service.addr, &format!("/allocate{query}"), &body).await;
+        let text = String::from_utf8_lossy(&reply.body).into_owned();
+        assert_eq!(reply.status, 422, "{text}");
+        assert!(text.contains("explain"), "{text}");
+    }
+    assert_eq!(post_json(service.addr, "/allocate", &body).await.status, 200);
+}

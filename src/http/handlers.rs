@@ -107,6 +107,9 @@ pub(super) fn allocate_body<'a, T>(
         // A replay or the shadow must draw the same random numbers as the answer did.
         super::watch::fix_seed(&mut request, engine);
     }
+    if request.batch.is_batch() {
+        answer::batch_not_explained(explain.as_ref())?;
+    }
     if let Some(options) = explain.take() {
         // The body's `why_not` is read only when an explanation is asked for.
         let whole = match received {
@@ -318,7 +321,7 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<Option<StepsFormat>, A
     path = "/allocate",
     params(
         ("steps" = Option<super::openapi::StepsParam>, Query, description = "`full` (default; a batch: `removed` unless given): every step lists the servers left after it, as CNAPI expects. `removed`: every step lists only the servers it removed, plus how many remain; much smaller for big datacenters. `counts`: every step gives only how many servers it left (nothing per server: the smallest answer; `explain=true` says why)."),
-        ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then."),
+        ("explain" = Option<bool>, Query, description = "`true`: add an `explain` member to the 200 and 409 answers (where each server left and by how much it fell short, score breakdowns, ranks, causes grouped); everything else in the answer stays byte-identical. The body's `why_not` is read only then. A batch (`vms` or `count`) is not explained: 422 naming `explain`."),
         ("why_not" = Option<String>, Query, description = "Server uuids, comma-separated: restricts the per-server part of `explain` to them (a uuid not in the request is answered too). Implies `explain=true`; joins the body's `why_not: [uuid, ...]`.")
     ),
     request_body(content = super::request_schema::AllocateRequest, content_type = "application/json", description = "Sent as is, or gzip-compressed with `Content-Encoding: gzip` (the size limit applies to the decompressed body). Answers are gzip- or zstd-compressed when the client sends `Accept-Encoding`."),
