@@ -95,7 +95,7 @@ fn read_object<T: serde::de::DeserializeOwned>(field: &str, raw: &RawValue) -> R
     if t != ParamType::Object {
         return Err(invalid(field, format!("value is not an object. (was: {})", t.tag())));
     }
-    crate::js::json::from_str(raw.get()).map_err(|e| invalid(field, format!("cannot be read: {e}")))
+    crate::js::json::from_str(raw.get()).map_err(|e| AnswerError::Invalid(vec![FieldError::unreadable(field, &e)]))
 }
 
 /// A VM's uuid: its `vm_uuid`, else its `uuid`, else a new one (written into `vm_uuid`).

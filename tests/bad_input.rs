@@ -52,6 +52,15 @@ fn rows() -> Vec<Row> {
     use Expect::*;
     let b = |f: Change| -> Box<dyn Fn(&mut Value)> { Box::new(f) };
     vec![
+        // A key given twice, which JSON.parse reads as its last value: refused where dapi reads
+        // the field (the body is rewritten by hand below), the message without serde_json's
+        // position, which counted from the field's own text.
+        (
+            "server field repeated",
+            b(|_| {}),
+            Invalid("servers[0]", "cannot be read: duplicate field `memory_available_bytes`"),
+        ),
+        ("vm field repeated", b(|_| {}), Invalid("vm", "cannot be read: duplicate field `ram`")),
         // servers and their VMs
         (
             "servers missing",
@@ -540,6 +549,17 @@ async fn every_bad_input_gets_its_documented_answer() {
                 let text = String::from_utf8_lossy(&body).replacen(":123456789", ":1e400", 1);
                 body = text.into_bytes();
             }
+            "server field repeated" => {
+                let text = String::from_utf8_lossy(&body).replacen(
+                    "\"memory_available_bytes\":",
+                    "\"memory_available_bytes\":1,\"memory_available_bytes\":",
+                    1,
+                );
+                body = text.into_bytes();
+            }
+            "vm field repeated" => {
+                body = String::from_utf8_lossy(&body).replacen("\"vm\":{", "\"vm\":{\"ram\":1,", 1).into_bytes();
+            }
             "vm deeply nested" => {
                 let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
                 body = format!(r#"{{"servers": [], "vm": {{"tags": {deep}}}, "image": {{}}}}"#).into_bytes();
@@ -552,7 +572,9 @@ async fn every_bad_input_gets_its_documented_answer() {
             Expect::Invalid(field, text) => {
                 r.status == 422
                     && answer["errors"][0]["field"] == *field
-                    && answer["errors"][0]["message"].as_str().is_some_and(|m| m.contains(text))
+                    && answer["errors"][0]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(text) && !m.contains(" at line "))
             }
             Expect::Status(status, text) => {
                 r.status == *status && answer["message"].as_str().is_some_and(|m| m.contains(text))

@@ -16,6 +16,18 @@ impl FieldError {
     pub fn invalid(field: impl Into<String>, message: impl Into<String>) -> FieldError {
         FieldError { field: field.into(), code: "Invalid".into(), message: message.into() }
     }
+
+    /// `field` holds well-formed JSON that cannot be taken (a repeated field): serde_json's
+    /// message without its position, which counts from the start of the field's own text
+    /// rather than the body's and so would point elsewhere.
+    pub fn unreadable(field: impl Into<String>, error: &serde_json::Error) -> FieldError {
+        let text = error.to_string();
+        let message = match text.rsplit_once(" at line ") {
+            Some((message, _)) if error.line() > 0 => message,
+            _ => &text,
+        };
+        FieldError::invalid(field, format!("cannot be read: {message}"))
+    }
 }
 
 /// A parsed `POST /allocate` body (not yet validated). Strings of the servers' VMs borrow

@@ -42,7 +42,7 @@ fn parse_typed<'a, T: Deserialize<'a>>(field: &str, raw: &'a RawValue, errors: &
     match json::from_str::<T>(raw.get()) {
         Ok(v) => Some(v),
         Err(e) => {
-            errors.push(FieldError::invalid(field, format!("cannot be read: {e}")));
+            errors.push(FieldError::unreadable(field, &e));
             None
         }
     }
@@ -286,7 +286,7 @@ impl<'a> Cursor<'a> {
                     }
                     // Well-formed JSON the model cannot take (a repeated field).
                     Err(e) if e.classify() == serde_json::error::Category::Data => {
-                        errors.push(FieldError::invalid(field(), format!("cannot be read: {e}")));
+                        errors.push(FieldError::unreadable(field(), &e));
                         self.value::<serde::de::IgnoredAny>()?;
                     }
                     Err(e) => return Err(e),
@@ -363,7 +363,7 @@ fn parse_tickets(raw: &RawValue, errors: &mut Vec<FieldError>) -> Option<Vec<Tic
     let raws: Vec<&RawValue> = match serde_json::from_str(raw.get()) {
         Ok(v) => v,
         Err(e) => {
-            errors.push(FieldError::invalid("tickets", format!("cannot be read: {e}")));
+            errors.push(FieldError::unreadable("tickets", &e));
             return None;
         }
     };
