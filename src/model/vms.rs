@@ -300,8 +300,8 @@ pub struct FullVm {
     pub tags: Js,
     pub internal_metadata: Js,
     pub docker: Js,
-    /// Listed by dapi itself: a VM it placed (a batch's, exact capacity's, inventory
-    /// mode's), built from a request already checked. The server schema's VM checks are
+    /// Listed by dapi itself: a VM it placed (a batch's, exact capacity's, a
+    /// simulation's), built from a request already checked. The server schema's VM checks are
     /// for the VMs callers send, so they do not apply (a VM of 1024.5 MiB placed in a batch
     /// is listed so, and its server stays valid for the next VM).
     pub placed: bool,
