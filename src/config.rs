@@ -64,6 +64,9 @@ pub struct ServiceConfig {
     engine_settings: Vec<Setting>,
 }
 
+/// The longest a claim may count, in seconds.
+const MAX_CLAIM_TTL_S: u64 = 365 * 24 * 3600;
+
 /// Inventory mode's settings (`inventory.*`, `DAPI_INVENTORY__*`).
 #[derive(Debug, Clone)]
 pub struct InventoryConfig {
@@ -103,7 +106,14 @@ impl InventoryConfig {
                 self.url = Some(url.to_string());
             }
             "staleness_ms" => self.staleness_ms = whole(value)?,
-            "claim_ttl_s" => self.claim_ttl_s = whole(value)?,
+            // A claim's expiry is a database timestamp: a lifetime past any use (a year) is a
+            // mistake to report now, not an out-of-range error on every allocation later.
+            "claim_ttl_s" => {
+                self.claim_ttl_s = whole(value)?;
+                if self.claim_ttl_s > MAX_CLAIM_TTL_S {
+                    return Err(format!("must be at most {MAX_CLAIM_TTL_S} (a year), not {}", shown(value)));
+                }
+            }
             "recurring_kinds" => self.recurring_kinds = whole(value)?,
             _ => unreachable!("inventory.{key} is not in InventoryConfig::KEYS"),
         }
@@ -1076,6 +1086,12 @@ mod tests {
         assert_eq!(err, "DAPI_LIMITS__WORKER_THREADS: must be at least 1");
         let err = load_env(&[("DAPI_INVENTORY__RECURRING_KINDS", "0")]).expect_err("no kinds");
         assert!(err.starts_with("DAPI_INVENTORY__RECURRING_KINDS: must be a whole number above 0"), "{err}");
+        let err = load_env(&[("DAPI_INVENTORY__CLAIM_TTL_S", "999999999999999")]).expect_err("ttl past any use");
+        assert_eq!(err, "DAPI_INVENTORY__CLAIM_TTL_S: must be at most 31536000 (a year), not 999999999999999");
+        assert_eq!(
+            load_env(&[("DAPI_INVENTORY__CLAIM_TTL_S", "31536000")]).map(|c| c.inventory.claim_ttl_s),
+            Ok(31536000)
+        );
         let err = load_env(&[("DAPI_LOG_LEVEL", "loud")]).expect_err("level");
         assert!(err.starts_with("DAPI_LOG_LEVEL: must be error, warn"), "{err}");
         let err = load_env(&[("DAPI_AUTH_TOKEN", " ")]).expect_err("empty token");

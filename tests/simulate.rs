@@ -350,3 +350,15 @@ fn bad_input_is_named() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("servers"), "{err}");
 }
+
+/// The summary's header gives the seed as given, past 2^53 too (it was printed as a double:
+/// 9007199254740993 read 9007199254740992.00).
+#[test]
+fn the_summary_gives_the_seed_as_given() {
+    let mix = file("seeded.json", &json!({"packages": [{"max_physical_memory": 1024}], "count": 3}));
+    let path = mix.to_str().expect("path");
+    let (code, out, err) =
+        simulate(&["--no-timing", "--racks", "1", "--servers-per-rack", "2", "--seed", "9007199254740993", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("seed 9007199254740993,"), "{out}");
+}

@@ -12,6 +12,8 @@ pub(super) fn arr(v: &Value) -> &[Value] {
 
 pub(super) fn num(v: &Value) -> String {
     match v {
+        // Whole numbers as they are (a seed past 2^53 is not a double's).
+        Value::Number(n) if n.is_u64() || n.is_i64() => n.to_string(),
         Value::Number(n) => {
             let f = n.as_f64().unwrap_or(0.0);
             if f.fract() == 0.0 && f.abs() < 1e15 {
