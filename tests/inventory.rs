@@ -106,11 +106,22 @@ async fn release(addr: std::net::SocketAddr, vm_uuid: Option<&str>, name: &str) 
     assert_eq!(released.status, 200, "{name}: the claim is released");
 }
 
-/// The example request's first server, renamed, as a template.
+/// The example request's first server, renamed, as a template; its VMs renamed after it
+/// too (the inventory keeps a VM on one server: a load listing one twice is refused).
 fn server(uuid: &str) -> Value {
     let mut s = common::example_request()["servers"][0].clone();
     s["uuid"] = json!(uuid);
     s["hostname"] = json!(format!("cn-{}", &uuid[..8]));
+    let vms = s["vms"].as_object().cloned().unwrap_or_default();
+    let renamed: serde_json::Map<String, Value> = vms
+        .into_iter()
+        .map(|(key, mut vm)| {
+            let own = format!("{}{}", &key[..24], &uuid[24..]);
+            vm["uuid"] = json!(own);
+            (own, vm)
+        })
+        .collect();
+    s["vms"] = Value::Object(renamed);
     s
 }
 
@@ -211,6 +222,25 @@ async fn feeding_is_validated_like_allocate() {
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
     assert!(got.json()["vms"].get(uuid(7, 1)).is_some(), "the VM is listed on its server");
+    // A VM alone is checked as on its server (its fields, its key), and its own uuid against
+    // the path's.
+    let mut odd = vm.clone();
+    odd["uuid"] = json!(uuid(7, 2));
+    odd["max_physical_memory"] = json!("x");
+    let reply = put_json(a.addr, &format!("/inventory/vms/{}", uuid(7, 2)), &odd).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.json()["errors"][0]["field"], json!("vm"));
+    assert!(reply.json()["errors"][0]["message"].as_str().is_some_and(|m| m.contains("max_physical_memory")));
+    let mut abc = vm.clone();
+    abc["uuid"] = json!("abc");
+    let reply = put_json(a.addr, "/inventory/vms/abc", &abc).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.json()["errors"][0]["message"].as_str().is_some_and(|m| m.contains("key is not a UUID")));
+    let reply = put_json(a.addr, &format!("/inventory/vms/{}", uuid(7, 3)), &vm).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.json()["errors"][0]["field"], json!("vm.uuid"));
+    let refused = format!("SELECT count(*) FROM vms WHERE uuid IN ('{}', 'abc', '{}')", uuid(7, 2), uuid(7, 3));
+    assert_eq!(pg.psql("feeding", &refused), "0", "refused VMs are not stored");
     // Pretty-printed feeds are stored without the whitespace between their tokens.
     for (path, body) in
         [(format!("/inventory/servers/{s1}"), server(&s1)), (format!("/inventory/vms/{}", uuid(7, 1)), vm)]
@@ -231,6 +261,35 @@ async fn feeding_is_validated_like_allocate() {
     let reply = post_json(a.addr, "/allocate", &request).await;
     assert_eq!(reply.status, 422);
     assert!(reply.json()["errors"][0]["field"].as_str().is_some_and(|f| f.starts_with("vm")), "{}", reply.json());
+    // A load listing a VM on two servers is refused (the store keeps a VM on one server, so
+    // a copy would be lost); one that drops a server drops that server's claims with it.
+    let s2 = uuid(1, 2);
+    let mut twice = server(&s2);
+    twice["vms"] = server(&s1)["vms"].clone();
+    let reply = post_json(a.addr, "/inventory/load", &json!({"servers": [server(&s1), twice]})).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.json()["errors"][0]["field"].as_str().is_some_and(|f| f.starts_with("servers[1].vms.")));
+    assert_eq!(
+        pg.psql("feeding", "SELECT count(*) FROM servers WHERE NOT deleted"),
+        "1",
+        "a refused load changes nothing"
+    );
+    // (The VM fed above has no cpu_cap, which the package's would refuse.)
+    assert_eq!(send(a.addr, "DELETE", &format!("/inventory/vms/{}", uuid(7, 1)), &[], b"").await.status, 200);
+    let mut small = big_vm(&uuid(9, 2));
+    small["vm"]["ram"] = json!(1024);
+    small["vm"]["max_physical_memory"] = json!(1024);
+    small["package"]["max_physical_memory"] = json!(1024);
+    let reply = post_json(a.addr, "/allocate", &small).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(pg.psql("feeding", "SELECT count(*) FROM claims"), "1");
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": [server(&s2)]})).await.status, 200);
+    assert_eq!(pg.psql("feeding", "SELECT count(*) FROM claims"), "0", "the dropped server's claim went with it");
+    let started = Instant::now();
+    while send(a.addr, "GET", "/ping", &[], b"").await.json()["inventory"]["claims"] != json!(0) {
+        assert!(started.elapsed() < Duration::from_secs(5), "the replica still counts the dropped claim");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// `text` with its first `from` replaced by `to` (edits serde_json cannot write).
@@ -857,4 +916,33 @@ async fn allocations_of_kinds_in_turn_are_decided_as_the_full_chain_decides_them
         }
     }
     assert!(placed >= 12, "only {placed} VMs placed");
+}
+
+/// The staleness bound counts from when the change feed was lost, not from the last change:
+/// after a quiet spell longer than the bound, a lost feed (the database still there for
+/// claims) does not turn every allocation into a 503 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_change_feed_counts_staleness_from_its_loss() {
+    let Some(pg) = pg::start("inventory feed lost") else { return };
+    let url = pg.database("feedlost");
+    let a = replica(None, &url, &[("DAPI_INVENTORY__STALENESS_MS", "1500")]).await;
+    let servers: Vec<Value> = (0..3).map(|n| server(&uuid(1, n))).collect();
+    assert_eq!(post_json(a.addr, "/inventory/load", &json!({"servers": servers})).await.status, 200);
+    assert_eq!(post_json(a.addr, "/allocate", &big_vm(&uuid(9, 0))).await.status, 200);
+    // Quiet for longer than the bound, then the feed's connection is cut.
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let cut = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'";
+    assert_eq!(pg.psql("feedlost", cut), "1");
+    let started = Instant::now();
+    let ping = loop {
+        let ping = send(a.addr, "GET", "/ping", &[], b"").await.json();
+        if ping["inventory"]["state"] != json!("following") {
+            break ping;
+        }
+        assert!(started.elapsed() < Duration::from_secs(2), "the loss was never noticed: {ping}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    assert_eq!(ping["inventory"]["state"], json!("catching-up"), "{ping}");
+    let reply = post_json(a.addr, "/allocate", &big_vm(&uuid(9, 1))).await;
+    assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
 }

@@ -47,7 +47,8 @@ const OWN_CHAIN: usize = 64;
 struct Status {
     /// The change feed (`LISTEN`) is up: the view is at most a notification behind.
     listening: bool,
-    /// The last catch-up that succeeded.
+    /// When the view was last known current: the last catch-up that succeeded, or the
+    /// moment the change feed was lost (it was followed until then).
     refreshed: Instant,
     last_error: Option<String>,
 }
@@ -393,6 +394,11 @@ impl Inventory {
     fn lost(&self, why: String) {
         let was = self.status().listening;
         self.update_status(|s| {
+            if s.listening {
+                // The staleness bound counts from here, not from the last change: a feed lost
+                // after a quiet minute leaves a view that was current a moment ago.
+                s.refreshed = Instant::now();
+            }
             s.listening = false;
             s.last_error = Some(why.clone());
         });

@@ -7,6 +7,7 @@ use indexmap::IndexMap;
 use serde_json::value::RawValue;
 
 use super::store::ServerRecord;
+use crate::model::schema::vm_violation;
 use crate::model::{BodyError, FieldError, Server};
 use crate::validate::validate_server_list;
 use crate::wire::parse_capacity_body;
@@ -57,8 +58,15 @@ pub fn dump(body: &[u8], max_vms: usize) -> Result<Vec<ServerRecord>, RecordErro
     let (raw, servers) = parse_capacity_body(body)?;
     validate_server_list(&servers).map_err(|e| RecordError::Invalid(vec![e]))?;
     let mut records = Vec::with_capacity(servers.len());
+    // The store keeps a VM once, on one server: a VM listed twice would lose a copy.
+    let mut listed: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for (i, (server, raw)) in servers.iter().zip(raw).enumerate() {
         check(server, &format!("servers[{i}]"), max_vms)?;
+        for key in server.vms.as_obj().into_iter().flat_map(|vms| vms.keys()) {
+            if let Some(first) = listed.insert(key, i).filter(|&first| first != i) {
+                return Err(invalid(format!("servers[{i}].vms.{key}"), format!("VM {key} is on servers[{first}] too")));
+            }
+        }
         let uuid = server.uuid.as_str().unwrap_or_default();
         records.push(split(raw, uuid)?.0);
     }
@@ -82,12 +90,21 @@ pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String,
             return Err(invalid("server_uuid", "the VM's server_uuid is needed (in the VM or ?server_uuid=)"))
         }
     };
-    // Read as it would be on a server in a request, to refuse what such a read refuses.
+    let own_uuid = fields.get("uuid").map(|r| crate::js::json::from_str::<String>(r.get()).ok());
+    if own_uuid.is_some_and(|own| own.as_deref() != Some(uuid)) {
+        return Err(invalid("vm.uuid", format!("must be {uuid}, the uuid in the path")));
+    }
+    // Read and checked as it would be on a server in a request (a server with such a VM
+    // would be refused), to refuse what those refuse.
     let probe = format!(r#"[{{"uuid":{},"vms":{{{}:{text}}}}}]"#, json_str(&server), json_str(uuid));
-    parse_capacity_body(probe.as_bytes()).map_err(|e| match e {
+    let (_, probed) = parse_capacity_body(probe.as_bytes()).map_err(|e| match e {
         BodyError::Invalid(errors) => RecordError::Invalid(renamed(errors, "servers[0].vms", "vm")),
         other => other.into(),
     })?;
+    let vms = probed.first().and_then(|s| s.vms.as_obj());
+    if let Some(violation) = vms.and_then(|vms| vms.iter().find_map(|(key, vm)| vm_violation(key, vm))) {
+        return Err(invalid("vm", format!("invalid VM: {violation}")));
+    }
     Ok((server, compact(text)))
 }
 

@@ -234,6 +234,9 @@ impl Store {
         for record in records {
             upsert_server(&tx, record, true, true, generation).await?;
         }
+        // Claims on the servers the dump no longer lists go with them, as a deleted
+        // server's do.
+        tx.execute("DELETE FROM claims WHERE server_uuid IN (SELECT uuid FROM servers WHERE deleted)", &[]).await?;
         Self::notify(&tx, "*", generation).await?;
         tx.commit().await?;
         Ok(generation)

@@ -15,7 +15,7 @@ pub mod patterns;
 mod server;
 
 pub use patterns::{is_platform, is_uuid, uuid_shaped};
-pub use server::{plain_numbers_valid, still_valid_after, validate_server};
+pub use server::{plain_numbers_valid, still_valid_after, validate_server, vm_violation};
 
 /// A schema `type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

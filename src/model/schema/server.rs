@@ -135,6 +135,13 @@ pub fn still_valid_after(s: &Server, added: Option<(&str, &Shape<ServerVm>)>) ->
     added.is_none_or(|(key, vm)| super::patterns::is_uuid(key) && validate_vm(key, vm).is_none())
 }
 
+/// One VM's checks as its server's make them (its own fields, then dapi's check of its
+/// key), for a VM fed on its own: `None` when valid, else the message.
+pub fn vm_violation(key: &str, vm: &Shape<ServerVm>) -> Option<String> {
+    validate_vm(key, vm)
+        .or_else(|| (!super::patterns::is_uuid(key)).then(|| property(&format!("vms.{key}"), "key is not a UUID")))
+}
+
 /// The inline VMs' checks, then dapi's check of their keys.
 fn plain_and_keys(vms: &crate::model::VmMap<'_>) -> Option<String> {
     // Plain VMs passed these checks when they were read.
