@@ -7,7 +7,9 @@ as valid requests dapi refuses:
   (a batch VM's own `image`, else the body's `image`, else `img`);
 * the VMs of a batch (`vms`) have distinct `vm_uuid`s;
 * a `re` affinity value must compile in XRegExp's dialect (tested by unit tests and the
-  `affinity` fuzz target instead: bodies with one are dropped here).
+  `affinity` fuzz target instead: bodies with one are dropped here);
+* a batch (`vms` or `count` in the body) is not explained: `explain=true` or a `why_not` in
+  the query with one is a 422 naming `explain`.
 """
 
 import schemathesis
@@ -73,3 +75,21 @@ def filter_body(ctx, body):
         and _distinct_batch_uuids(body)
         and _no_regex_affinity(body)
     )
+
+
+def _values(query, key):
+    value = query.get(key)
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+
+
+@schemathesis.hook
+def filter_case(ctx, case):
+    body = case.body if isinstance(case.body, dict) else {}
+    query = case.query if isinstance(case.query, dict) else {}
+    batch = "vms" in body or "count" in body
+    explaining = any(v.lower() in ("true", "1", "") for v in _values(query, "explain")) or any(
+        part for v in _values(query, "why_not") for part in v.split(",")
+    )
+    return not (batch and explaining)
