@@ -132,7 +132,7 @@ pub fn still_valid_after(s: &Server, added: Option<(&str, &Shape<ServerVm>)>) ->
     if top_level(s).is_some() || s.vms.as_obj().is_none() {
         return false;
     }
-    added.is_none_or(|(key, vm)| super::patterns::is_uuid(key) && validate_vm(key, vm).is_none())
+    added.is_none_or(|(key, vm)| vm_violation(key, vm).is_none())
 }
 
 /// One VM's checks as its server's make them (its own fields, then dapi's check of its
