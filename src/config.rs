@@ -399,6 +399,30 @@ struct Setting {
 }
 
 impl ServiceConfig {
+    /// The settings a reload leaves as they were (the process took them at start-up) that
+    /// differ between `self` and the `running` config, named as a config file spells them.
+    pub fn start_up_only_changes(&self, running: &ServiceConfig) -> Vec<&'static str> {
+        let (new, old) = (self, running);
+        let dir = |c: &ServiceConfig| c.record.dir.as_ref().map(|d| d.0.clone());
+        [
+            ("listen", new.listen != old.listen),
+            ("log_level", new.log_level != old.log_level),
+            ("limits.max_connections", new.limits.max_connections != old.limits.max_connections),
+            ("limits.health_connections", new.limits.health_connections != old.limits.health_connections),
+            ("limits.worker_threads", new.limits.worker_threads != old.limits.worker_threads),
+            ("record.dir", dir(new) != dir(old)),
+            ("record.max_count", new.record.max_count != old.record.max_count),
+            ("record.max_bytes", new.record.max_bytes != old.record.max_bytes),
+            ("inventory.url", new.inventory.url != old.inventory.url),
+            ("inventory.staleness_ms", new.inventory.staleness_ms != old.inventory.staleness_ms),
+            ("inventory.claim_ttl_s", new.inventory.claim_ttl_s != old.inventory.claim_ttl_s),
+            ("inventory.recurring_kinds", new.inventory.recurring_kinds != old.inventory.recurring_kinds),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
+    }
+
     /// Loads the layers; `env` is the process environment (passed in for tests).
     pub fn load(
         file: Option<&Path>,
@@ -907,8 +931,16 @@ fn check_limit(key: &str, value: u64) -> Result<u64, String> {
     if value == 0 && !Limits::MAY_BE_ZERO.contains(&key) {
         return Err("must be at least 1".into());
     }
+    if key == "plugin_memory_bytes" && value < MIN_PLUGIN_MEMORY_BYTES {
+        return Err(format!(
+            "must be at least {MIN_PLUGIN_MEMORY_BYTES} (1 MiB: below it the JavaScript engine has next to no room for a plugin or an owner filter), not {value}"
+        ));
+    }
     Ok(value)
 }
+
+/// The least `limits.plugin_memory_bytes`: below it, no plugin or owner filter could run.
+const MIN_PLUGIN_MEMORY_BYTES: u64 = 1 << 20;
 
 /// XXH3, 64 bits, as hex: a short digest stable across runs and builds (unlike the std
 /// hasher); not for security. Fast enough to run over every request body (tens of GB/s,
@@ -1084,6 +1116,13 @@ mod tests {
         assert_eq!(err, "DAPI_LIMITS__MAX_SERVERS: must be at least 1");
         let err = load_env(&[("DAPI_LIMITS__WORKER_THREADS", "0")]).expect_err("no threads");
         assert_eq!(err, "DAPI_LIMITS__WORKER_THREADS: must be at least 1");
+        let err = load_env(&[("DAPI_LIMITS__PLUGIN_MEMORY_BYTES", "1000")]).expect_err("no room for the engine");
+        assert!(err.starts_with("DAPI_LIMITS__PLUGIN_MEMORY_BYTES: must be at least 1048576 (1 MiB"), "{err}");
+        assert!(err.ends_with("not 1000"), "{err}");
+        assert_eq!(
+            load_env(&[("DAPI_LIMITS__PLUGIN_MEMORY_BYTES", "1048576")]).map(|c| c.limits.plugin_memory_bytes),
+            Ok(1 << 20)
+        );
         let err = load_env(&[("DAPI_INVENTORY__RECURRING_KINDS", "0")]).expect_err("no kinds");
         assert!(err.starts_with("DAPI_INVENTORY__RECURRING_KINDS: must be a whole number above 0"), "{err}");
         let err = load_env(&[("DAPI_INVENTORY__CLAIM_TTL_S", "999999999999999")]).expect_err("ttl past any use");

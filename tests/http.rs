@@ -297,6 +297,19 @@ async fn reload_swaps_in_a_valid_config_and_keeps_the_old_one_otherwise() {
     assert_ne!(send(s.addr, "GET", "/ping", &[], b"").await.json()["config"], before);
     let body = post_json(s.addr, "/allocate", &example_request()).await.json();
     assert_eq!(body["steps"][1]["step"], "Servers which have been setup");
+
+    // Settings the process took at start-up are named, not silently dropped.
+    let answer = send(s.addr, "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(answer.json()["restart_needed"], serde_json::json!([]));
+    std::fs::write(
+        &path,
+        r#"{"allocationDescription": ["pipe", "hard-filter-setup"], "listen": "127.0.0.1:1", "limits": {"worker_threads": 7, "max_body_bytes": 2000000}}"#,
+    )
+    .expect("write");
+    let answer = send(s.addr, "POST", "/admin/reload", &[], b"").await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json()["restart_needed"], serde_json::json!(["listen", "limits.worker_threads"]));
+    assert_eq!(s.app.limits().max_body_bytes, 2_000_000, "a limit read per request applies at once");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

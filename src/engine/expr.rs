@@ -55,9 +55,13 @@ impl std::fmt::Debug for Expr {
 
 impl Expr {
     /// Parses and checks a description against the plugins of `registry`; errors read
-    /// `Bad expression given: ...`.
+    /// `Bad expression given: ...` (the original's words), and one about the shape of an
+    /// expression says what the shape is.
     pub fn parse(desc: &Value, registry: &Registry) -> Result<Expr, String> {
-        parse(desc, registry).map_err(|e| format!("Bad expression given: {e}"))
+        parse(desc, registry).map_err(|e| match e.starts_with("Invalid command") {
+            true => format!("Bad expression given: {e} ({SHAPE})"),
+            false => format!("Bad expression given: {e}"),
+        })
     }
 
     /// Runs the expression on `input`, appending one step per plugin run.
@@ -264,6 +268,9 @@ fn describe(data: Data) -> &'static str {
     }
 }
 
+/// What an expression is, for errors about its shape.
+const SHAPE: &str = r#"an expression is an array: "pipe" or "or", then plugin names or expressions"#;
+
 fn parse(desc: &Value, registry: &Registry) -> Result<Expr, String> {
     let items = desc.as_array().map(Vec::as_slice).unwrap_or(&[]);
     let js_string = |v: &Value| Js::from_json(v).to_js_string();
@@ -307,9 +314,14 @@ mod tests {
 
     #[test]
     fn start_up_errors_name_the_offending_element() {
-        assert_eq!(err(json!([])), "Bad expression given: Invalid command: undefined");
-        assert_eq!(err(json!([["pipe", "identity"]])), "Bad expression given: Invalid command: pipe,identity");
-        assert_eq!(err(json!([5])), "Bad expression given: Invalid command: 5");
+        let shape = r#"(an expression is an array: "pipe" or "or", then plugin names or expressions)"#;
+        assert_eq!(err(json!([])), format!("Bad expression given: Invalid command: undefined {shape}"));
+        assert_eq!(err(json!(5)), format!("Bad expression given: Invalid command: undefined {shape}"));
+        assert_eq!(
+            err(json!([["pipe", "identity"]])),
+            format!("Bad expression given: Invalid command: pipe,identity {shape}")
+        );
+        assert_eq!(err(json!([5])), format!("Bad expression given: Invalid command: 5 {shape}"));
         assert_eq!(err(json!(["or", "identity"])), "Bad expression given: sexp too short for given command: or");
         assert_eq!(err(json!(["pipe"])), "Bad expression given: sexp too short for given command: pipe");
         assert_eq!(err(json!(["pipe", null])), "Bad expression given: Invalid element: null");

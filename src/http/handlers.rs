@@ -467,9 +467,9 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
 pub async fn reload(State(app): State<Arc<AppState>>) -> Response {
     let result = tokio::task::spawn_blocking(move || app.reload()).await;
     match result {
-        Ok(Ok(digest)) => {
+        Ok(Ok((digest, restart_needed))) => {
             tracing::info!(config = %digest, "config reloaded");
-            let body = serde_json::json!({"status": "reloaded", "config": digest});
+            let body = serde_json::json!({"status": "reloaded", "config": digest, "restart_needed": restart_needed});
             json_response(StatusCode::OK, body.to_string().into_bytes(), Outcome::Ping)
         }
         Ok(Err(e)) => {

@@ -152,8 +152,9 @@ impl AppState {
     }
 
     /// Re-reads the config (file and environment); a valid one replaces the engine for new
-    /// requests, an invalid one is refused and the old one stays.
-    pub fn reload(&self) -> Result<String, ConfigError> {
+    /// requests, an invalid one is refused and the old one stays. Returns the new config's
+    /// digest and the changed settings that take a restart (logged as a warning).
+    pub fn reload(&self) -> Result<(String, Vec<&'static str>), ConfigError> {
         let config = ServiceConfig::from_process(self.config_file.as_deref())?;
         let (engine, custom) = config.engine_and_plugins()?;
         let engine = Arc::new(engine);
@@ -165,12 +166,14 @@ impl AppState {
                 tracing::warn!(error = %e, "the reloaded config could not be saved in record.dir");
             }
         }
-        if config.record.dir.as_ref().map(|d| &d.0) != self.read().config.record.dir.as_ref().map(|d| &d.0) {
-            tracing::warn!("record.dir is read at start-up only: restart to change it");
+        let restart_needed = config.start_up_only_changes(&self.read().config);
+        if !restart_needed.is_empty() {
+            let settings = restart_needed.join(", ");
+            tracing::warn!(settings = %settings, "read at start-up only: restart for the new values to apply");
         }
         let mut loaded = self.loaded.write().unwrap_or_else(|e| e.into_inner());
         *loaded = Loaded { engine, config: Arc::new(config), custom, shadow };
-        Ok(digest)
+        Ok((digest, restart_needed))
     }
 }
 
@@ -389,7 +392,7 @@ fn spawn_reload_on_sighup(app: Arc<AppState>) {
     tokio::spawn(async move {
         while hup.recv().await.is_some() {
             match app.reload() {
-                Ok(digest) => tracing::info!(config = %digest, "config reloaded"),
+                Ok((digest, _)) => tracing::info!(config = %digest, "config reloaded"),
                 Err(e) => tracing::error!(error = %e, "config reload refused; keeping the running config"),
             }
         }

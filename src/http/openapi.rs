@@ -337,6 +337,10 @@ pub struct ReloadResponse {
     pub status: String,
     /// Short hash of the now-running allocation description and defaults.
     pub config: String,
+    /// Settings changed in the file or environment that the process took at start-up
+    /// (`listen`, `log_level`, `limits.max_connections`, `limits.health_connections`,
+    /// `limits.worker_threads`, `record.*`, `inventory.*`): they apply after a restart.
+    pub restart_needed: Vec<String>,
 }
 
 /// Declares the optional bearer token.

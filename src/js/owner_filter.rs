@@ -370,6 +370,17 @@ mod tests {
         assert_eq!(kept("server.ram > 400000").as_deref(), Ok(&[S1][..]));
     }
 
+    /// The least budget the configuration takes (1 MiB) runs a snippet over the servers;
+    /// a smaller one fails the pass as out of memory, never the process.
+    #[test]
+    fn the_least_budget_runs_a_snippet() {
+        let mut filters = compile("server.ram > 400000");
+        filters.set_budget(Budget { time: Duration::from_secs(10), memory_bytes: 1 << 20 });
+        assert_eq!(kept_with(&filters).as_deref(), Ok(&[S1][..]));
+        filters.set_budget(Budget { time: Duration::from_secs(10), memory_bytes: 60_000 });
+        assert_eq!(kept_with(&filters), Err(Failure::OutOfMemory(60_000)));
+    }
+
     fn kept_with(filters: &OwnerFilters) -> Result<Vec<&'static str>, Failure> {
         run_with(filters, &servers())
     }

@@ -12,7 +12,7 @@
 
 use std::cell::Cell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,7 +52,10 @@ impl std::fmt::Display for Failure {
         match self {
             Failure::Threw(m) => write!(f, "threw {m}"),
             Failure::Timeout(t) => write!(f, "ran out of its time budget ({} ms)", t.as_millis()),
-            Failure::OutOfMemory(b) => write!(f, "ran out of its memory budget ({} MiB)", b / (1024 * 1024)),
+            Failure::OutOfMemory(b) if b % (1024 * 1024) == 0 => {
+                write!(f, "ran out of its memory budget ({} MiB)", b / (1024 * 1024))
+            }
+            Failure::OutOfMemory(b) => write!(f, "ran out of its memory budget ({b} bytes)"),
             Failure::Engine(m) => write!(f, "could not be run: {m}"),
         }
     }
@@ -74,13 +77,16 @@ pub struct Sandbox {
 /// tells a budget overrun from a plugin that throws `null`.
 struct Metered {
     used: usize,
-    limit: usize,
+    /// No limit while the runtime and its context are made: QuickJS does not survive a
+    /// refusal there (a tiny budget crashed the process). The budget applies from then on,
+    /// counting what they hold.
+    limit: Arc<AtomicUsize>,
     hit: Arc<AtomicBool>,
 }
 
 impl Metered {
     fn refuse(&self, more: usize) -> bool {
-        let over = self.used.saturating_add(more) > self.limit;
+        let over = self.used.saturating_add(more) > self.limit.load(Ordering::Relaxed);
         if over {
             self.hit.store(true, Ordering::Relaxed);
         }
@@ -148,7 +154,8 @@ unsafe impl Allocator for Metered {
 impl Sandbox {
     pub fn new(budget: Budget) -> Result<Sandbox, Failure> {
         let out_of_memory = Arc::new(AtomicBool::new(false));
-        let metered = Metered { used: 0, limit: budget.memory_bytes, hit: out_of_memory.clone() };
+        let limit = Arc::new(AtomicUsize::new(usize::MAX));
+        let metered = Metered { used: 0, limit: limit.clone(), hit: out_of_memory.clone() };
         let runtime = Runtime::new_with_alloc(metered).map_err(|e| Failure::Engine(e.to_string()))?;
         // Deep recursion fails as a RangeError well before the thread's own stack does.
         runtime.set_max_stack_size(512 * 1024);
@@ -156,6 +163,7 @@ impl Sandbox {
         let seen = deadline.clone();
         runtime.set_interrupt_handler(Some(Box::new(move || seen.get().is_some_and(|d| Instant::now() >= d))));
         let context = Context::full(&runtime).map_err(|e| Failure::Engine(e.to_string()))?;
+        limit.store(budget.memory_bytes, Ordering::Relaxed);
         Ok(Sandbox { context, runtime, deadline, out_of_memory, budget })
     }
 
@@ -287,6 +295,32 @@ mod tests {
             Sandbox::eval_script(ctx, "hog.js", "var a = []; for (;;) a.push(new Array(1000).fill('x'));").map(|_| ())
         });
         assert_eq!(r, Err(Failure::OutOfMemory(16 * 1024 * 1024)));
+    }
+
+    /// A budget smaller than the engine itself fails each call as out of memory; it does
+    /// not take the process down (QuickJS crashed when refused while it was being made).
+    #[test]
+    fn a_budget_below_the_engine_fails_calls_not_the_process() {
+        for bytes in [1, 1000, 60_000] {
+            let sandbox = Sandbox::new(Budget { time: Duration::from_secs(5), memory_bytes: bytes }).expect("made");
+            let r = sandbox.call(|ctx| Sandbox::eval_script(ctx, "tiny.js", "[1, 2, 3].join()").map(|_| ()));
+            assert_eq!(r, Err(Failure::OutOfMemory(bytes)), "{bytes}");
+            assert_eq!(
+                Failure::OutOfMemory(bytes).to_string(),
+                format!("ran out of its memory budget ({bytes} bytes)")
+            );
+        }
+        // The least budget the configuration takes leaves room for ordinary code.
+        let sandbox = Sandbox::new(Budget { time: Duration::from_secs(5), memory_bytes: 1 << 20 }).expect("made");
+        let r = sandbox.call(|ctx| {
+            let v = Sandbox::eval_script(
+                ctx,
+                "ok.js",
+                "var o = {}; for (var i = 0; i < 1000; i++) o['k' + i] = i; Object.keys(o).length",
+            )?;
+            i32::from_js(ctx, v)
+        });
+        assert_eq!(r, Ok(1000));
     }
 
     #[test]
