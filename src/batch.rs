@@ -19,8 +19,8 @@ use crate::answer::{check_limits, failure_reason, AnswerError, Verdict};
 use crate::config::Limits;
 use crate::engine::{write_json_str, Datacenter, Engine, StepsFormat, VmRequest};
 use crate::js::Js;
-use crate::model::{AllocateBody, FieldError, Image, Package, ParamType, VmPayload};
-use crate::validate::validate_allocate;
+use crate::model::{AllocateBody, FieldError, Image, Package, ParamType, RawParams, VmPayload};
+use crate::validate::{validate_allocate, vm_field};
 
 /// The most VMs one batch may place.
 pub const MAX_BATCH: usize = 1000;
@@ -46,6 +46,32 @@ struct Item {
     package: Option<Package>,
     /// While validating: the request holds the item's package.
     own_package: bool,
+    /// What custom plugins see as `opts`: the VM's JSON with its own uuid, its own image's
+    /// and package's (else the request's).
+    raw: OwnedRaw,
+}
+
+#[derive(Default)]
+struct OwnedRaw {
+    vm: Option<String>,
+    image: Option<String>,
+    package: Option<String>,
+}
+
+/// The JSON text of a batch VM: `text` (the request's `vm` or one of `vms`) without the
+/// VM's own image and package, and with the uuids the VM was given.
+fn vm_text(text: Option<&str>, vm: &VmPayload) -> Option<String> {
+    let mut value: serde_json::Value = crate::js::json::from_str(text?).ok()?;
+    let object = value.as_object_mut()?;
+    object.shift_remove("image");
+    object.shift_remove("package");
+    if let Some(uuid) = vm.vm_uuid.as_str() {
+        object.insert("vm_uuid".into(), uuid.into());
+    }
+    if vm.uuid.is_undefined() {
+        object.shift_remove("uuid");
+    }
+    Some(crate::js::json::stringify(&value))
 }
 
 /// A batch's answer: its HTTP status, the body, and what it decided.
@@ -75,19 +101,6 @@ impl BatchAnswer {
 
 fn invalid(field: impl Into<String>, message: impl Into<String>) -> AnswerError {
     AnswerError::Invalid(vec![FieldError::invalid(field, message)])
-}
-
-/// The field a validation message of VM `i` is about: `vms[i].ram` for `VM "ram" is not a
-/// number`, `vms[i].vm_uuid` for `"vm.vm_uuid" is an invalid UUID`, else `vms[i]`.
-fn vm_field(prefix: &str, message: &str) -> String {
-    let quoted = message.split('"').nth(1).unwrap_or("");
-    let name = quoted.strip_prefix("vm.").unwrap_or(quoted);
-    let name: String = name.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-    if name.is_empty() {
-        prefix.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
 }
 
 fn read_object<T: serde::de::DeserializeOwned>(field: &str, raw: &RawValue) -> Result<T, AnswerError> {
@@ -143,7 +156,8 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
                     vm.vm_uuid = Js::Undefined;
                     vm.uuid = Js::Undefined;
                     let uuid = uuid_of(&mut vm);
-                    Item { uuid, vm, image: None, package: None, own_package: false }
+                    let raw = OwnedRaw { vm: vm_text(request.raw.vm, &vm), ..OwnedRaw::default() };
+                    Item { uuid, vm, image: None, package: None, own_package: false, raw }
                 })
                 .collect())
         }
@@ -176,7 +190,12 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
                 if let Some(first) = seen.insert(uuid.clone(), i) {
                     return Err(invalid(format!("{field}.vm_uuid"), format!("{uuid} is also vms[{first}]'s")));
                 }
-                items.push(Item { uuid, vm, image, package, own_package: false });
+                let raw = OwnedRaw {
+                    vm: vm_text(Some(element.get()), &vm),
+                    image: own.image.map(|r| r.get().to_string()),
+                    package: own.package.map(|r| r.get().to_string()),
+                };
+                items.push(Item { uuid, vm, image, package, own_package: false, raw });
             }
             Ok(items)
         }
@@ -291,6 +310,12 @@ pub fn allocate_batch_as(
             package: item.package.as_ref().or(request.package.as_ref()),
             tickets: &request.tickets,
             seed: base_seed.map(|s| s.wrapping_add(i as u64)),
+            raw: RawParams {
+                vm: item.raw.vm.as_deref(),
+                image: item.raw.image.as_deref().or(request.raw.image),
+                package: item.raw.package.as_deref().or(request.raw.package),
+                tickets: request.raw.tickets,
+            },
         };
         let allocation =
             engine.place(&mut dc, &vm_request, &item.uuid).map_err(|e| AnswerError::Internal(e.to_string()))?;
@@ -338,20 +363,4 @@ pub fn allocate_batch_as(
     }
     out.extend_from_slice(format!("],\"placed\":{placed},\"failed\":{failed}}}").as_bytes());
     Ok(BatchAnswer { status: 200, body: out, placed, failed, vms })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn validation_messages_name_the_vm_attribute() {
-        assert_eq!(vm_field("vms[3]", r#"VM "ram" is not a number"#), "vms[3].ram");
-        assert_eq!(vm_field("vms[0]", r#""vm.vm_uuid" is an invalid UUID"#), "vms[0].vm_uuid");
-        assert_eq!(
-            vm_field("vms[1]", r#""vm.internal_metadata['docker:volumesfrom']" is not valid JSON"#),
-            "vms[1].internal_metadata"
-        );
-        assert_eq!(vm_field("vms[2]", "something else"), "vms[2]");
-    }
 }

@@ -573,6 +573,7 @@ pub fn placements(
         package: body.package.as_ref(),
         tickets: &body.tickets,
         seed: Some(1),
+        raw: body.raw,
     };
     let uuid = |n: usize| format!("00000000-0000-4000-9000-{n:012x}");
     if incremental {
@@ -708,6 +709,7 @@ pub fn packages_answer(
         .iter()
         .map(|v| serde_json::from_value::<VmPayload>(v.clone()).map_err(|e| invalid("vm", e)))
         .collect::<Result<Vec<_>, _>>()?;
+    check_template(&image, &vms)?;
     // The placement-independent part runs once per distinct template, not per package.
     // Its reasons for the servers left out are shared by those packages' answers.
     let mut prepared: Vec<(String, Prepared<'_>, LeftOut)> = Vec::new();
@@ -788,6 +790,24 @@ pub struct PackageSlots {
     pub left_out: LeftOut,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exact: Option<Value>,
+}
+
+/// The image and each package's VM checked as `/allocate` checks its own (a template with
+/// `brand: 5` would otherwise be counted as some VM).
+fn check_template(image: &Image, vms: &[VmPayload]) -> Result<(), AnswerError> {
+    use crate::validate::{validate_image, validate_vm_extensions, validate_vm_payload, vm_field};
+    if let Some(message) = validate_image(image) {
+        return Err(AnswerError::Invalid(vec![FieldError::invalid("image", message)]));
+    }
+    for vm in vms {
+        let mut checked = vm.clone();
+        if let Some(message) =
+            validate_vm_payload(&mut checked, &image.requirements).or_else(|| validate_vm_extensions(&checked))
+        {
+            return Err(AnswerError::Invalid(vec![FieldError::invalid(vm_field("vm", &message), message)]));
+        }
+    }
+    Ok(())
 }
 
 /// Why servers were left out, shared by the packages of one template.

@@ -575,6 +575,10 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     let engine_a = config_a.engine()?;
     let config_b = args.vs.as_deref().map(|path| ServiceConfig::from_process(Some(path))).transpose()?;
     let engine_b = config_b.as_ref().map(ServiceConfig::engine).transpose()?;
+    let stdin = Path::new("-");
+    if args.servers.as_deref() == Some(stdin) && args.workload == stdin {
+        return Err(invalid("servers", "standard input (-) can give the servers or the workload, not both".into()));
+    }
     let servers = match &args.servers {
         Some(path) => Servers::Dump(read_input(path)?.into_vec()),
         None => Servers::Generate(datacenter::Generate {

@@ -288,6 +288,19 @@ fn bad_packages_are_refused_naming_the_field() {
         "packages[0].overprovision_memory"
     );
     assert_eq!(field(json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "exact": 1})), "exact");
+    // The VM template is checked as /allocate checks a VM, analytic or exact.
+    for exact in [false, true] {
+        let with_vm =
+            |vm: Value| json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "vm": vm, "exact": exact});
+        assert_eq!(field(with_vm(json!({"brand": 5}))), "vm.brand");
+        assert_eq!(field(with_vm(json!({"owner_uuid": "nope"}))), "vm.owner_uuid");
+        assert_eq!(field(with_vm(json!({"vm_uuid": "x"}))), "vm.vm_uuid");
+        assert!(ask(&engine, &with_vm(json!({"brand": "lx", "owner_uuid": "930896af-bf8c-48d4-885c-6573a94b1853"})))
+            .is_ok());
+    }
+    let with_image =
+        json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "image": {"image_size": "big"}});
+    assert_eq!(field(with_image), "image");
 }
 
 #[tokio::test]

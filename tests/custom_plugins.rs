@@ -335,3 +335,89 @@ async fn reload_adds_and_removes_plugins_and_ping_shows_the_files() {
     assert_eq!(send(s.addr, "GET", "/ping", &[], b"").await.json()["plugins"], json!([]));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Removes the first server with a reason saying what the plugin was given; keeps the rest
+/// only when `opts` holds the VM being placed and its package.
+const SEES_ITS_VM: &str = r#"
+module.exports = {
+    name: 'Sees its VM',
+    run: function (servers, opts, cb) {
+        var pkg = opts.pkg ? opts.pkg.max_physical_memory : 'none';
+        var whole = typeof opts.vm.vm_uuid === 'string' && opts.vm.ram === pkg && Array.isArray(opts.tickets);
+        var reasons = {};
+        reasons[servers[0].uuid] = 'vm ' + opts.vm.vm_uuid + ' uuid ' + opts.vm.uuid + ' ram ' + opts.vm.ram +
+            ' pkg ' + pkg + ' image ' + ('image' in opts.vm) + ' tickets ' + opts.tickets.length;
+        cb(null, whole ? servers.slice(1) : [], reasons);
+    }
+};
+"#;
+
+/// Each VM of a batch, and each placement of a simulation, shows custom plugins the VM
+/// being placed and its package, as a single request does (they saw `{}` and no package).
+#[test]
+fn plugins_see_each_placed_vm_in_batches_and_simulations() {
+    let dir = plugin_dir("placed-vm", &[("sees-its-vm.js", SEES_ITS_VM)]);
+    let config = write_config(&dir, &chain(&["sees-its-vm"]));
+    let env = [("DAPI_PLUGINS_DIR", dir.to_str().expect("utf-8 path"))];
+    let config = config.to_str().expect("utf-8 path");
+
+    // A batch of copies of the request's VM: each with its own uuid, the request's package.
+    let request = example_path();
+    let (code, out, err) = dapi(
+        &["allocate", "--config", config, "--count", "3", "--steps", "full", request.to_str().unwrap_or("")],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    let answer: Value = serde_json::from_str(&out).expect("JSON answer");
+    let vms = answer["vms"].as_array().expect("vms");
+    assert_eq!(vms.len(), 3, "{answer}");
+    for vm in vms {
+        let uuid = vm["uuid"].as_str().expect("uuid");
+        assert_ne!(uuid, "191fba73-7923-48ba-82f8-09307e20150c", "a copy has a uuid of its own");
+        assert!(vm["server_uuid"].is_string(), "{vm}");
+        let step = vm["steps"].as_array().and_then(|s| s.iter().find(|s| s["step"] == "Sees its VM")).expect("step");
+        let why = step["reasons"].as_object().and_then(|r| r.values().next()).expect("a reason");
+        assert_eq!(why, &json!(format!("vm {uuid} uuid undefined ram 512 pkg 512 image false tickets 0")));
+    }
+
+    // A batch of VMs given one by one, one with a package of its own.
+    let mut body: Value = serde_json::from_str(&std::fs::read_to_string(&request).expect("example")).expect("json");
+    let own = "0e000000-0000-4000-8000-000000000002";
+    body["vms"] = json!([
+        {"vm_uuid": "0e000000-0000-4000-8000-000000000001", "owner_uuid": "8f138999-8869-410d-b4a0-2517e1ff83ab",
+         "brand": "joyent-minimal", "ram": 512, "quota": 12, "cpu_cap": 50},
+        {"vm_uuid": own, "owner_uuid": "8f138999-8869-410d-b4a0-2517e1ff83ab", "brand": "joyent-minimal",
+         "ram": 1024, "quota": 12, "cpu_cap": 50,
+         "package": {"max_physical_memory": 1024, "quota": 12288, "cpu_cap": 50}}
+    ]);
+    let batch = dir.join("batch.json");
+    std::fs::write(&batch, body.to_string()).expect("written");
+    let (code, out, err) =
+        dapi(&["allocate", "--config", config, "--steps", "full", batch.to_str().unwrap_or("")], &env);
+    assert_eq!(code, 0, "{err}");
+    let answer: Value = serde_json::from_str(&out).expect("JSON answer");
+    assert_eq!(answer["placed"], 2, "{answer}");
+    let second = &answer["vms"][1];
+    let step = second["steps"].as_array().and_then(|s| s.iter().find(|s| s["step"] == "Sees its VM")).expect("step");
+    let why = step["reasons"].as_object().and_then(|r| r.values().next()).expect("a reason");
+    assert_eq!(why, &json!(format!("vm {own} uuid undefined ram 1024 pkg 1024 image false tickets 0")));
+
+    // A simulation: from a package mix, and from a VMAPI dump (a package made of the VM).
+    let mix = dir.join("mix.json");
+    let mix_json = json!({"packages": [{"max_physical_memory": 1024, "cpu_cap": 100, "quota": 10240}], "count": 3});
+    std::fs::write(&mix, mix_json.to_string()).expect("written");
+    let dump = dir.join("dump.json");
+    let dump_json = json!([{"uuid": "0e000000-0000-4000-8000-00000000000a", "owner_uuid": "8f138999-8869-410d-b4a0-2517e1ff83ab",
+        "ram": 2048, "cpu_cap": 100, "quota": 10, "brand": "joyent", "create_timestamp": "2020-01-01T00:00:00Z"}]);
+    std::fs::write(&dump, dump_json.to_string()).expect("written");
+    for (workload, placed) in [(&mix, 3), (&dump, 1)] {
+        let args = ["simulate", "--json", "--no-timing", "--racks", "1", "--servers-per-rack", "3", "--config", config];
+        let mut args = args.to_vec();
+        args.push(workload.to_str().unwrap_or(""));
+        let (code, out, err) = dapi(&args, &env);
+        assert_eq!(code, 0, "{err}");
+        let doc: Value = serde_json::from_str(&out).expect("JSON figures");
+        let run = &doc["runs"][0];
+        assert_eq!((run["placed"].clone(), run["failed"].clone()), (json!(placed), json!(0)), "{workload:?}: {run}");
+    }
+}

@@ -107,13 +107,14 @@ fn place_and_remove(name: &str, case: &Value, n: usize, removal: &dyn Fn(usize) 
     let mut placed: Vec<(usize, ProvisionedVm)> = Vec::new();
 
     for i in 0..n {
-        let (payload, body_json) = if i % 2 == 0 { (&first.vm, &request_json) } else { (&averse.vm, &averse_json) };
+        let (asked, body_json) = if i % 2 == 0 { (&first, &request_json) } else { (&averse, &averse_json) };
         let request = VmRequest {
-            vm: payload,
+            vm: &asked.vm,
             image: &first.image,
             package: first.package.as_ref(),
             tickets: &first.tickets,
             seed: Some(seed),
+            raw: asked.raw,
         };
         let placement = engine.allocate_in(&dc, &request).expect("allocates");
         let body = resent(body_json, &placed);
@@ -143,6 +144,7 @@ fn place_and_remove(name: &str, case: &Value, n: usize, removal: &dyn Fn(usize) 
             package: first.package.as_ref(),
             tickets: &first.tickets,
             seed: Some(seed),
+            raw: averse.raw,
         };
         let placement = engine.allocate_in(&dc, &request).expect("allocates");
         let body = resent(&averse_json, &placed);
@@ -197,6 +199,7 @@ fn a_datacenter_left_alone_decides_as_a_single_allocation() {
             package: request.package.as_ref(),
             tickets: &request.tickets,
             seed: request.seed,
+            raw: request.raw,
         };
         let placement = engine.allocate_in(&dc, &vm_request).expect("allocates");
         assert_same(outcome(&placement.allocation, dc.servers()), single, &name);

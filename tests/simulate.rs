@@ -328,6 +328,11 @@ fn bad_input_is_named() {
             "vms[0].create_timestamp",
         ),
         (json!({"packages": [{"max_physical_memory": 1024}], "weights": [0], "count": 3}), "weights"),
+        // Each finite, their sum not: the sampler panicked.
+        (
+            json!({"packages": [{"max_physical_memory": 1}, {"max_physical_memory": 2}], "weights": [1e308, 1e308], "count": 3}),
+            "weights",
+        ),
         (json!({"packages": [], "count": 3}), "packages"),
         (json!("nothing"), "workload"),
     ];
@@ -349,6 +354,31 @@ fn bad_input_is_named() {
     let (code, _, err) = simulate(&["--servers", servers.to_str().expect("path"), path]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("servers"), "{err}");
+    // Standard input read for both would leave the second empty.
+    let (code, _, err) = simulate(&["--servers", "-", "-"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("servers: standard input (-) can give the servers or the workload, not both"), "{err}");
+}
+
+/// Stranded capacity is counted where no VM of the workload fits any more, by the chain's
+/// own rules: one core holds four VMs capped at 100% (the CPU ratio is 4), so after three
+/// the server still takes one and strands nothing; after four it is full of CPU, and its
+/// free RAM is stranded.
+#[test]
+fn stranded_capacity_is_where_no_vm_fits_by_the_chains_rules() {
+    for (count, stranding) in [(3, 0), (4, 1)] {
+        let mix = file(
+            "cpu-bound.json",
+            &json!({"packages": [{"name": "p", "max_physical_memory": 512, "quota": 10240, "cpu_cap": 100}], "count": count}),
+        );
+        let doc = figures(&["--racks", "1", "--servers-per-rack", "1", "--cpus", "1", mix.to_str().expect("path")]);
+        let run = &doc["runs"][0];
+        assert_eq!(run["placed"], count, "{run}");
+        assert_eq!(run["stranded"]["servers"], stranding, "{count} VMs: {}", run["stranded"]);
+        let ram = run["stranded"]["ram_mib"].as_f64().expect("a figure");
+        assert_eq!(ram > 0.0, stranding == 1, "{count} VMs: {}", run["stranded"]);
+        assert_eq!(run["stranded"]["cpu_pct"], 0.0, "{}", run["stranded"]);
+    }
 }
 
 /// The summary's header gives the seed as given, past 2^53 too (it was printed as a double:

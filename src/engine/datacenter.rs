@@ -24,7 +24,7 @@ use super::plugin::PluginError;
 use super::{select, Allocation, Engine, ServerId};
 use crate::fxhash::FxBuild;
 use crate::js::Js;
-use crate::model::{FullVm, Image, Package, Server, ServerVm, Ticket, VmPayload};
+use crate::model::{FullVm, Image, Package, RawParams, Server, ServerVm, Ticket, VmPayload};
 
 const MIB: f64 = 1_048_576.0;
 const GIB: f64 = 1_073_741_824.0;
@@ -42,6 +42,9 @@ pub struct VmRequest<'r> {
     pub tickets: &'r [Ticket],
     /// Seed of `score-uniform-random` (else the configured one, else entropy).
     pub seed: Option<u64>,
+    /// The JSON texts of the above, for custom plugins' `opts` (what is absent they see as
+    /// in a request without it).
+    pub raw: RawParams<'r>,
 }
 
 /// A placed VM as its server lists it, and what it adds to the server's disk figures.
@@ -344,6 +347,7 @@ impl Engine {
         let mut req =
             Request::new(&dc.servers, request.vm, request.image, request.package, request.tickets, &self.defaults, rng);
         req.share_lookups(&dc.lookups);
+        req.raw_params = request.raw;
         let raw_servers = dc.raw_servers();
         req.raw_servers = &raw_servers;
         let mut steps = Vec::new();

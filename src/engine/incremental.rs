@@ -167,6 +167,7 @@ impl<'e> Placer<'e> {
                 std::mem::take(&mut self.states),
             );
             req.share_lookups(dc.lookups());
+            req.raw_params = request.raw;
             req.keep_orders(std::mem::take(&mut self.orders));
             req.rng_seeded = seed.is_some();
             let raw_servers = dc.raw_servers();

@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use super::report::BAND;
+use super::report::{band_label, BAND};
 use super::text::{arr, num, rows};
 
 /// A and B's colours; the RAM classes' colours (the last is "other").
@@ -172,14 +172,13 @@ fn histogram_svg(h: &mut String, dim: &str, runs: &[Value]) {
             let bh = plot_h * n / max;
             let _ = writeln!(
                 h,
-                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}-{}%: {} servers</title></rect>",
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}: {} servers</title></rect>",
                 x0 + i as f64 * bar,
                 height - bottom - bh,
                 bar,
                 bh,
                 RUN_COLOURS[i % 2],
-                b * BAND,
-                (b + 1) * BAND,
+                band_label(b, bands),
                 n
             );
         }
@@ -317,5 +316,18 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         assert_eq!(esc("<a href=\"x\">&</a>"), "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;");
+    }
+
+    /// The last band holds everything from 95% up (a CPU cap over the cores can be 300%).
+    #[test]
+    fn the_last_band_is_named_open_ended() {
+        let mut h = String::new();
+        let mut histogram = vec![0; 20];
+        histogram[0] = 1;
+        histogram[19] = 4;
+        histogram_svg(&mut h, "cpu", &[serde_json::json!({"utilisation": {"cpu": {"histogram": histogram}}})]);
+        assert!(h.contains("<title>95%+: 4 servers</title>"), "{h}");
+        assert!(h.contains("<title>0-5%: 1 servers</title>"), "{h}");
+        assert!(!h.contains("95-100%"), "{h}");
     }
 }

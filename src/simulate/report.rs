@@ -4,8 +4,8 @@
 //! Per run: placements, failures (the first with its reason), utilisation per dimension
 //! (RAM of the VMs over what they may use after `reservation_ratio`, disk quotas and KVM
 //! volumes over the pool, CPU caps over the cores; distribution over servers, mean,
-//! p50/p90), servers used, stranded capacity (free on a server where the workload's
-//! smallest VM no longer fits for want of another dimension), VMs per owner per server,
+//! p50/p90), servers used, stranded capacity (free on a server where no VM of the workload
+//! fits any more, in the dimensions no VM lacked there), VMs per owner per server,
 //! decision time per placement, the over-time series and each server. For two configs,
 //! which VMs landed differently.
 
@@ -18,6 +18,17 @@ use super::workload::{EventKind, Workload};
 
 /// Width of a histogram band, percent.
 pub const BAND: usize = 5;
+
+/// Band `b` of `bands`, as the summary and the report name it: the last holds everything
+/// from its floor up (CPU caps and disk quotas can pass 100%).
+pub fn band_label(b: usize, bands: usize) -> String {
+    let low = b * BAND;
+    if b + 1 == bands {
+        format!("{low}%+")
+    } else {
+        format!("{low}-{}%", low + BAND)
+    }
+}
 /// RAM classes the per-server bars tell apart (the rest are one "other" class).
 const CLASSES: usize = 7;
 
@@ -145,8 +156,8 @@ pub fn run_figures(label: &str, run: &RunResult, inputs: &Inputs<'_>) -> Value {
     let disk: Vec<f64> = servers.iter().map(|s| pct(s.disk_used, s.disk_total)).collect();
     let cpu: Vec<f64> = servers.iter().map(|s| pct(s.cpu_used, s.cpu_total)).collect();
 
-    // Stranded: free in one dimension on servers where another is too short for the
-    // smallest VM of the workload.
+    // Stranded: what is free on servers where no VM of the workload fits any more, in the
+    // dimensions no VM lacked there.
     let ask = smallest_ask(workload);
     let mut stranded = [0.0f64; 3];
     let mut stranded_servers = 0;
@@ -154,11 +165,10 @@ pub fn run_figures(label: &str, run: &RunResult, inputs: &Inputs<'_>) -> Value {
     for s in servers {
         let Some(free) = s.free else { continue };
         let free = [free.ram_mib.max(0.0), free.cpu_pct.max(0.0), free.disk_mib.max(0.0)];
-        let short: Vec<bool> = free.iter().zip(ask).map(|(f, a)| *f < a).collect();
         for d in 0..3 {
             free_total[d] += free[d];
         }
-        if short.iter().any(|s| *s) {
+        if let Some(short) = s.stranding {
             stranded_servers += 1;
             for d in 0..3 {
                 if !short[d] {

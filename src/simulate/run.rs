@@ -19,7 +19,7 @@ use super::workload::{EventKind, Workload};
 use crate::answer::failure_reason;
 use crate::engine::{Datacenter, Engine, ProvisionedVm, ServerId, Unreserved, VmRequest};
 use crate::js::Js;
-use crate::model::{Image, Server, Ticket, VmPayload};
+use crate::model::{Image, RawParams, Server, Ticket, VmPayload};
 
 const MIB: f64 = 1_048_576.0;
 
@@ -76,6 +76,9 @@ pub struct ServerEnd {
     pub owners: Vec<(String, usize)>,
     /// What the chain's capacity pass sees free; `None` when it leaves the server out.
     pub free: Option<Unreserved>,
+    /// When no VM of the workload fits any more (as `dapi capacity` counts it): for RAM,
+    /// CPU and disk, whether it was what some VM lacked. `None` when one still fits.
+    pub stranding: Option<[bool; 3]>,
 }
 
 /// A chain's whole run.
@@ -121,6 +124,7 @@ fn server_end(server: &Server<'_>, raw: &str, classes: &[f64]) -> ServerEnd {
         ram_by_class: vec![0.0; classes.len() + 1],
         owners: Vec::new(),
         free: None,
+        stranding: None,
     };
     let mut owners: std::collections::BTreeMap<String, usize> = Default::default();
     for (_, vm) in server.inline_vms() {
@@ -198,6 +202,8 @@ pub fn run(
     let mut placed_ram = vec![0.0; workload.vms.len()];
     let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let mut tickets: Vec<Ticket> = Vec::new();
+    // Their JSON texts, in the same order (custom plugins see `opts.tickets`).
+    let mut ticket_texts: Vec<String> = Vec::new();
     let mut result = RunResult {
         fates: Vec::new(),
         placed: 0,
@@ -227,6 +233,7 @@ pub fn run(
                 while in_flight.len() >= concurrency {
                     if let Some(f) = in_flight.pop_front() {
                         tickets.remove(0);
+                        ticket_texts.remove(0);
                         complete(&mut dc, f)?;
                     }
                 }
@@ -240,12 +247,20 @@ pub fn run(
                     ..VmPayload::default()
                 };
                 let package = sim.package(workload);
+                let (vm_text, package_text) = sim.texts(workload);
+                let tickets_text = format!("[{}]", ticket_texts.join(","));
                 let request = VmRequest {
                     vm: &vm,
                     image: &image,
                     package: Some(&package),
                     tickets: &tickets,
                     seed: Some(options.seed.wrapping_add(n as u64)),
+                    raw: RawParams {
+                        vm: Some(&vm_text),
+                        image: None,
+                        package: Some(&package_text),
+                        tickets: Some(&tickets_text),
+                    },
                 };
                 let started = Instant::now();
                 let placement = engine.allocate_in(&dc, &request).map_err(|e| e.to_string())?;
@@ -262,7 +277,9 @@ pub fn run(
                         if concurrency == 1 {
                             dc.add_vm(id, listed).map_err(|e| e.to_string())?;
                         } else {
-                            tickets.push(ticket(sim, &listed, &dc.servers()[id].uuid));
+                            let (typed, text) = ticket(sim, &listed, &dc.servers()[id].uuid);
+                            tickets.push(typed);
+                            ticket_texts.push(text);
                             in_flight.push_back(InFlight { vm: event.vm, server: id, listed });
                         }
                     }
@@ -283,6 +300,7 @@ pub fn run(
                 if let Some(pos) = in_flight.iter().position(|f| f.vm == event.vm) {
                     in_flight.remove(pos);
                     tickets.remove(pos);
+                    ticket_texts.remove(pos);
                     ram_used -= placed_ram[event.vm];
                     live -= 1;
                     result.destroyed += 1;
@@ -322,14 +340,77 @@ pub fn run(
     for (id, free) in capacity.servers {
         servers[id].free = Some(free);
     }
+    for (id, short) in stranding(engine, dc.servers(), workload, &image) {
+        servers[id].stranding = Some(short);
+    }
     result.servers = servers;
     result.fates = fates;
     Ok(result)
 }
 
+/// A kind of VM as a stranding count tells them apart: its package, its RAM and quota (as
+/// bits), its CPU cap, its brand.
+type VmKind<'w> = (Option<usize>, [u64; 2], Option<u64>, &'w str);
+
+/// The servers where no VM of the workload fits any more, counted as `dapi capacity`
+/// counts a package (the chain's rules and ratios), with the dimensions some VM lacked.
+fn stranding(
+    engine: &Engine,
+    servers: &[Server<'_>],
+    workload: &Workload,
+    image: &Image,
+) -> Vec<(ServerId, [bool; 3])> {
+    // One count per kind of VM: its package and what of the VM the count reads.
+    let mut kinds: Vec<VmKind<'_>> = workload
+        .vms
+        .iter()
+        .map(|v| {
+            (v.package, [v.ram_mib.to_bits(), v.quota_gib.to_bits()], v.cpu_cap.map(f64::to_bits), v.brand.as_str())
+        })
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    let mut fits = vec![false; servers.len()];
+    let mut short = vec![[false; 3]; servers.len()];
+    let mut counted = vec![false; servers.len()];
+    for (package, [ram, quota], cap, brand) in kinds {
+        let vm = super::workload::SimVm {
+            uuid: String::new(),
+            owner: None,
+            brand: brand.to_string(),
+            ram_mib: f64::from_bits(ram),
+            cpu_cap: cap.map(f64::from_bits),
+            quota_gib: f64::from_bits(quota),
+            package,
+        };
+        let payload = VmPayload {
+            brand: Js::str(brand),
+            ram_mib: Js::Num(vm.ram_mib),
+            quota_gib: Js::Num(vm.quota_gib),
+            cpu_cap_pct: vm.cpu_cap.map_or(Js::Undefined, Js::Num),
+            ..VmPayload::default()
+        };
+        let (counts, _) = crate::capacity::analytic(engine, servers, &vm.package(workload), &payload, image);
+        for (id, slots) in counts {
+            counted[id] = true;
+            if slots.slots >= 1.0 {
+                fits[id] = true;
+                continue;
+            }
+            match slots.limiting.trim_end_matches("_ratio") {
+                "ram" => short[id][0] = true,
+                "cpu" => short[id][1] = true,
+                "disk" => short[id][2] = true,
+                _ => {}
+            }
+        }
+    }
+    (0..servers.len()).filter(|&id| counted[id] && !fits[id]).map(|id| (id, short[id])).collect()
+}
+
 /// The open provisioning ticket of a VM in flight, as CNAPI's waitlist holds it (RAM as
 /// asked: the ticket reader adds the hypervisor's share of HVM brands itself).
-fn ticket(sim: &super::workload::SimVm, listed: &ProvisionedVm, server_uuid: &Js) -> Ticket {
+fn ticket(sim: &super::workload::SimVm, listed: &ProvisionedVm, server_uuid: &Js) -> (Ticket, String) {
     let extra = json!({
         "owner_uuid": sim.owner,
         "max_physical_memory": sim.ram_mib,
@@ -337,7 +418,7 @@ fn ticket(sim: &super::workload::SimVm, listed: &ProvisionedVm, server_uuid: &Js
         "quota": sim.quota_gib,
         "brand": sim.brand,
     });
-    Ticket {
+    let ticket = Ticket {
         uuid: Js::str(&format!("sim-ticket-{}", listed.uuid)),
         id: Js::str(&listed.uuid),
         server_uuid: server_uuid.clone(),
@@ -345,5 +426,15 @@ fn ticket(sim: &super::workload::SimVm, listed: &ProvisionedVm, server_uuid: &Js
         action: Js::str("provision"),
         status: Js::str("active"),
         extra: Js::from_json(&extra),
-    }
+    };
+    let text = crate::js::json::stringify(&json!({
+        "uuid": ticket.uuid.to_json(),
+        "id": ticket.id.to_json(),
+        "server_uuid": ticket.server_uuid.to_json(),
+        "scope": "vm",
+        "action": "provision",
+        "status": "active",
+        "extra": extra,
+    }));
+    (ticket, text)
 }

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::report::BAND;
+use super::report::band_label;
 
 pub(super) fn arr(v: &Value) -> &[Value] {
     v.as_array().map_or(&[][..], Vec::as_slice)
@@ -196,8 +196,7 @@ fn histogram(bands: &Value) -> String {
     let mut out = String::new();
     for (i, n) in bands.iter().enumerate() {
         let bar = if total > 0 { (*n as f64 / total as f64 * 60.0).round() as usize } else { 0 };
-        let low = i * BAND;
-        let band = if i + 1 == bands.len() { format!("{low}%+") } else { format!("{low}-{}%", low + BAND) };
+        let band = band_label(i, bands.len());
         out.push_str(&format!("{band:>8} |{} {n}\n", "#".repeat(bar)));
     }
     out

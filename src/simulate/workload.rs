@@ -54,6 +54,8 @@ pub struct Workload {
     pub events: Vec<Event>,
     /// The mix's packages as given (PAPI objects), handed to the engine with their VMs.
     pub packages: Vec<Package>,
+    /// Their JSON texts, which custom plugins see (`opts.pkg`).
+    pub package_texts: Vec<String>,
     /// Package names (its `name`, else its RAM) for the reports.
     pub package_names: Vec<String>,
     /// `"dump"` or `"mix"`.
@@ -94,9 +96,9 @@ fn number(v: &Value) -> Option<f64> {
 fn time(v: &Value) -> Option<f64> {
     match v {
         Value::Number(n) => n.as_f64().filter(|n| n.is_finite()),
-        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s.trim())
-            .ok()
-            .map(|t| t.timestamp_millis() as f64)
+        // As sim.js read it (`new Date(text)`: `2020-01-01` too), then any RFC 3339 time.
+        Value::String(s) => crate::js::date::parse_js_date(s.trim())
+            .or_else(|| chrono::DateTime::parse_from_rfc3339(s.trim()).ok().map(|t| t.timestamp_millis() as f64))
             .or_else(|| s.trim().parse::<f64>().ok().filter(|n| n.is_finite())),
         _ => None,
     }
@@ -195,7 +197,15 @@ fn dump(entries: Vec<Value>) -> Result<Workload, FieldError> {
             EventKind::Destroy => ordered.push(e),
         }
     }
-    Ok(Workload { vms, events: ordered, packages: Vec::new(), package_names: Vec::new(), source: "dump", skipped })
+    Ok(Workload {
+        vms,
+        events: ordered,
+        packages: Vec::new(),
+        package_texts: Vec::new(),
+        package_names: Vec::new(),
+        source: "dump",
+        skipped,
+    })
 }
 
 fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, FieldError> {
@@ -214,6 +224,13 @@ fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, Fiel
             return Err(invalid("weights", format!("must be an array of {} numbers, one per package", packages.len())))
         }
     };
+    if !weights.iter().sum::<f64>().is_finite() {
+        // The sampler would overflow; weights only count relative to one another.
+        return Err(invalid(
+            "weights",
+            "must add up to a finite number (they are relative: 3 and 1 draw as 300 and 100 do)",
+        ));
+    }
     let chooser = WeightedIndex::new(&weights).map_err(|_| invalid("weights", "need one weight above 0"))?;
     let count =
         top.get("count")
@@ -233,6 +250,7 @@ fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, Fiel
         Some(_) => return Err(invalid("brand", "must be a string")),
     };
     let mut typed = Vec::with_capacity(packages.len());
+    let mut texts = Vec::with_capacity(packages.len());
     let mut names = Vec::with_capacity(packages.len());
     let mut asks = Vec::with_capacity(packages.len());
     for (i, p) in packages.iter().enumerate() {
@@ -257,6 +275,7 @@ fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, Fiel
         let package: Package =
             serde_json::from_value(p.clone()).map_err(|e| invalid(format!("packages[{i}]"), e.to_string()))?;
         typed.push(package);
+        texts.push(crate::js::json::stringify(p));
         names.push(match p.get("name") {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             _ => format!("{} MiB", ram),
@@ -281,7 +300,7 @@ fn mix(top: &serde_json::Map<String, Value>, seed: u64) -> Result<Workload, Fiel
         });
         events.push(Event { at: n as f64, kind: EventKind::Create, vm: n });
     }
-    Ok(Workload { vms, events, packages: typed, package_names: names, source: "mix", skipped: 0 })
+    Ok(Workload { vms, events, packages: typed, package_texts: texts, package_names: names, source: "mix", skipped: 0 })
 }
 
 impl SimVm {
@@ -297,6 +316,35 @@ impl SimVm {
             ..Package::default()
         }
     }
+
+    /// The JSON texts of the VM payload and of [`SimVm::package`], as custom plugins see
+    /// them in a request (`opts.vm`, `opts.pkg`).
+    pub fn texts(&self, workload: &Workload) -> (String, String) {
+        let mut vm = serde_json::Map::new();
+        vm.insert("vm_uuid".into(), self.uuid.clone().into());
+        if let Some(owner) = &self.owner {
+            vm.insert("owner_uuid".into(), owner.clone().into());
+        }
+        vm.insert("brand".into(), self.brand.clone().into());
+        vm.insert("ram".into(), self.ram_mib.into());
+        vm.insert("quota".into(), self.quota_gib.into());
+        if let Some(cap) = self.cpu_cap {
+            vm.insert("cpu_cap".into(), cap.into());
+        }
+        let package = match self.package.and_then(|i| workload.package_texts.get(i)) {
+            Some(text) => text.clone(),
+            None => {
+                let mut p = serde_json::Map::new();
+                p.insert("max_physical_memory".into(), self.ram_mib.into());
+                if let Some(cap) = self.cpu_cap {
+                    p.insert("cpu_cap".into(), cap.into());
+                }
+                p.insert("quota".into(), (self.quota_gib * 1024.0).into());
+                crate::js::json::stringify(&Value::Object(p))
+            }
+        };
+        (crate::js::json::stringify(&Value::Object(vm)), package)
+    }
 }
 
 #[cfg(test)]
@@ -308,7 +356,8 @@ mod tests {
     fn dump_events_are_in_time_order_creation_first() {
         let dump = json!([
             {"uuid": "a", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-01T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
-            {"uuid": "b", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-02T00:00:00Z"},
+            // A date alone, as `new Date()` reads it: midnight UTC.
+            {"uuid": "b", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-02"},
             {"uuid": "c", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": "2020-01-03T00:00:00Z", "destroyed": "2020-01-03T00:00:00Z"},
             {"uuid": "d", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024},
             {"uuid": "e", "owner_uuid": "0e000000-0000-4000-8000-000000000000", "ram": 1024, "create_timestamp": 1577836800000i64, "destroyed": 1}
@@ -337,6 +386,10 @@ mod tests {
         let e = read(br#"{"packages": [{"max_physical_memory": 1024}], "weights": [1, 2], "count": 3}"#, 0)
             .expect_err("bad");
         assert_eq!(e.field, "weights");
+        let e = read(br#"{"packages": [{"max_physical_memory": 1}, {"max_physical_memory": 2}], "weights": [1e308, 1e308], "count": 3}"#, 0)
+            .expect_err("a sum past any double");
+        assert_eq!(e.field, "weights");
+        assert!(e.message.contains("finite"), "{}", e.message);
         let e = read(br#"{"packages": [{"max_physical_memory": 1024}], "count": 0}"#, 0).expect_err("bad");
         assert_eq!(e.field, "count");
     }

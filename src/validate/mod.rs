@@ -43,6 +43,20 @@ pub fn validate_payload(body: &mut AllocateBody<'_>) -> Result<(), FieldError> {
     }
 }
 
+/// The field a VM validation message is about, under `prefix` (a batch's `vms[i]`, a
+/// capacity query's `vm`): `vms[i].ram` for `VM "ram" is not a number`, `vms[i].vm_uuid`
+/// for `"vm.vm_uuid" is an invalid UUID`, else `prefix` itself.
+pub fn vm_field(prefix: &str, message: &str) -> String {
+    let quoted = message.split('"').nth(1).unwrap_or("");
+    let name = quoted.strip_prefix("vm.").unwrap_or(quoted);
+    let name: String = name.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+    if name.is_empty() {
+        prefix.to_string()
+    } else {
+        format!("{prefix}.{name}")
+    }
+}
+
 /// dapi: the candidate list itself. An empty list is the caller's mistake (CNAPI never sent
 /// one: it answered 409 before calling the allocator), and a uuid given twice would make the
 /// answer ambiguous. Individual servers are not checked here: invalid ones are filtered, with

@@ -1043,3 +1043,14 @@ fn server_list_must_be_non_empty_without_duplicate_uuids() {
     // Servers without a string uuid are not compared (hard-filter-invalid-servers reports them).
     assert!(check(json!([{}, {}, {"uuid": 5}, {"uuid": 5}])).is_ok());
 }
+
+#[test]
+fn validation_messages_name_the_vm_attribute() {
+    assert_eq!(vm_field("vms[3]", r#"VM "ram" is not a number"#), "vms[3].ram");
+    assert_eq!(vm_field("vms[0]", r#""vm.vm_uuid" is an invalid UUID"#), "vms[0].vm_uuid");
+    assert_eq!(
+        vm_field("vms[1]", r#""vm.internal_metadata['docker:volumesfrom']" is not valid JSON"#),
+        "vms[1].internal_metadata"
+    );
+    assert_eq!(vm_field("vms[2]", "something else"), "vms[2]");
+}
