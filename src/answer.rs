@@ -2,8 +2,9 @@
 //!
 //! A request goes: parse (the caller's part: `POST /allocate` may parse a big body while it
 //! arrives) → limits → validation → the engine → the answer's bytes. `POST /allocate` and
-//! `dapi allocate` both call [`decide`] and [`write_allocation`] (the CLI through
-//! [`allocate`]); `POST /capacity` and `dapi capacity` both call [`capacity`]. The two
+//! `dapi allocate` both call [`decide_noting`] and [`write_explained_allocation_on`] (the
+//! CLI through [`allocate_in_parts`]); `POST /capacity` and `dapi capacity` both call
+//! [`capacity`]. The two
 //! front ends differ only where they say so:
 //!
 //! * no fit: the service answers 409 with CNAPI's error body ([`NoFitBody::Error`]); the
@@ -98,12 +99,8 @@ pub fn check_limits(limits: &Limits, servers: &[Server]) -> Result<(), AnswerErr
 }
 
 /// Checks a parsed request (limits, then CNAPI's validations, which may rewrite a few of
-/// its fields) and runs the engine on it.
-pub fn decide(engine: &Engine, limits: &Limits, request: &mut AllocateBody<'_>) -> Result<Allocation, AnswerError> {
-    decide_noting(engine, limits, request, false)
-}
-
-/// [`decide`], with the plugins' notes taken when the answer is to be explained.
+/// its fields) and runs the engine on it, with the plugins' notes taken when the answer is
+/// to be explained.
 pub fn decide_noting(
     engine: &Engine,
     limits: &Limits,
@@ -186,25 +183,15 @@ pub fn failure_reason(steps: &[Step]) -> String {
     }
 }
 
-/// Roughly how many bytes [`write_allocation`] writes (to size buffers, and to decide
+/// Roughly how many bytes [`write_allocation_on`] writes (to size buffers, and to decide
 /// whether the service sends the answer in parts).
 pub fn answer_size_hint(request: &AllocateBody<'_>, allocation: &Allocation, format: StepsFormat) -> usize {
     allocation.answer_size_hint(request.servers.len(), format)
 }
 
 /// The answer's body appended to `out`, with `part_done` called after each step (the
-/// service sends what is written so far when it is big enough).
-pub fn write_allocation(
-    request: &AllocateBody<'_>,
-    allocation: &Allocation,
-    options: AnswerOptions,
-    out: &mut Vec<u8>,
-    part_done: &mut dyn FnMut(&mut Vec<u8>),
-) -> Result<(), AnswerError> {
-    write_allocation_on(&request.raw_servers, &request.servers, allocation, options, out, part_done)
-}
-
-/// [`write_allocation`] for servers held apart from the request (inventory mode).
+/// service sends what is written so far when it is big enough); the servers are the
+/// request's, or held apart from it (inventory mode).
 pub fn write_allocation_on(
     raw_servers: &[&str],
     servers: &[Server<'_>],
@@ -228,7 +215,7 @@ pub fn write_allocation_on(
     Ok(())
 }
 
-/// [`write_allocation`], then (when asked) the `explain` member at the end of the body;
+/// [`write_allocation_on`], then (when asked) the `explain` member at the end of the body;
 /// everything before it is byte for byte the plain answer.
 pub fn write_explained_allocation(
     request: &AllocateBody<'_>,

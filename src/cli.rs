@@ -1,5 +1,5 @@
 //! The `dapi` command: `serve`, `allocate`, `explain`, `capacity`, `check`, `plugins`,
-//! `replay`, `simulate`, `openapi`.
+//! `replay`, `simulate`, `inventory load`, `openapi`.
 //!
 //! `allocate` and `capacity` run one request through the same answer path as the service
 //! ([`crate::answer`]) and print the answer; `serve` runs the HTTP service. The help texts

@@ -688,7 +688,7 @@ fn summary_line(received: usize, removed: usize, left: usize, causes: &[Cause], 
     line
 }
 
-/// The explanation appended to an answer body written by `answer::write_allocation` (which
+/// The explanation appended to an answer body written by `answer::write_allocation_on` (which
 /// ends with `}`), as its last member `"explain"`.
 pub fn append_to_answer(out: &mut Vec<u8>, explain: &Explain) -> serde_json::Result<()> {
     if out.last() == Some(&b'}') {

@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod digest;
 pub mod engine;
 pub mod explain;
 mod fxhash;

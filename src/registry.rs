@@ -8,9 +8,20 @@ use crate::engine::Registry;
 use crate::js::sandbox::Budget;
 use crate::plugins::custom_js::CustomSet;
 
-/// The built-in plugins.
+/// The chain `serverCapacity()` always runs, whatever the configured description.
+const CAPACITY_CHAIN: &[&str] = &[
+    "hard-filter-setup",
+    "hard-filter-running",
+    "hard-filter-invalid-servers",
+    "load-server-vms",
+    "override-overprovisioning",
+    "calculate-server-unreserved",
+];
+
+/// The built-in plugins, and the capacity chain made of them.
 pub fn built_in() -> Registry {
     let mut registry = Registry::default();
+    registry.set_capacity_chain(CAPACITY_CHAIN);
     for plugin in crate::plugins::built_in() {
         // Names are distinct (a plugins test says so), so this cannot fail.
         if let Err(e) = registry.register(plugin) {

@@ -256,7 +256,7 @@ fn answer_digest(request: &AllocateBody<'_>, allocation: &Allocation, asked: &An
     let mut out = Vec::new();
     answer::write_explained_allocation(request, allocation, options, explain.as_ref(), &mut out, &mut |_| {})
         .map_err(|e| e.to_string())?;
-    Ok(crate::config::digest(&out))
+    Ok(crate::digest::digest(&out))
 }
 
 /// Where the recorded config's run (`old`) and the new one part, on one request.

@@ -246,11 +246,6 @@ impl<'a> Datacenter<'a> {
         &self.servers
     }
 
-    /// Gives the servers back, with the VMs listed on them.
-    pub fn into_servers(self) -> Vec<Server<'a>> {
-        self.servers
-    }
-
     /// Lists `vm` on server `id`, after its other VMs, and adds its disk to the server's.
     pub fn add_vm(&mut self, id: ServerId, vm: ProvisionedVm) -> Result<(), DatacenterError> {
         let server = self.servers.get_mut(id).ok_or(DatacenterError::NoSuchServer(id))?;

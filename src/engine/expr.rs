@@ -87,13 +87,8 @@ impl Expr {
         self.run_from(req, input, source, steps, false)
     }
 
-    /// [`Expr::run`] without steps (the plugins' reasons not kept), for a caller that needs
-    /// only the servers passed on.
-    pub fn run_unrecorded(&self, req: &mut Request<'_>, input: Vec<ServerId>) -> Result<Vec<ServerId>, PluginError> {
-        self.run_quietly(req, input, None)
-    }
-
-    /// [`Expr::run_unrecorded`], noting what each plugin passed on, in the order they ran.
+    /// [`Expr::run`] without steps (the plugins' reasons not kept), noting what each plugin
+    /// passed on, in the order they ran.
     pub fn run_noting(
         &self,
         req: &mut Request<'_>,

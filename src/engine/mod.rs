@@ -38,16 +38,6 @@ pub use summary::{Step, StepsFormat, StepsView};
 use crate::js::num_to_json;
 use crate::model::{AllocateBody, Image, Server, Ticket, VmPayload};
 
-/// The chain `serverCapacity()` always runs, whatever the configured description.
-const CAPACITY_CHAIN: &[&str] = &[
-    "hard-filter-setup",
-    "hard-filter-running",
-    "hard-filter-invalid-servers",
-    "load-server-vms",
-    "override-overprovisioning",
-    "calculate-server-unreserved",
-];
-
 /// What an allocation runs on besides the request's VM: the servers (and each one's JSON),
 /// look-ups kept across allocations (built on first use when `None`), and tickets held
 /// apart from the request's own (counted after them).
@@ -136,9 +126,14 @@ impl Engine {
     /// Builds the engine over the plugins of `registry`; errors name what to fix.
     pub fn new(description: &Value, defaults: Defaults, registry: &Registry) -> Result<Engine, EngineError> {
         let chain = Expr::parse(description, registry).map_err(EngineError::Description)?;
-        let mut capacity: Vec<Value> = vec!["pipe".into()];
-        capacity.extend(CAPACITY_CHAIN.iter().map(|&n| Value::from(n)));
-        let capacity_chain = Expr::parse(&Value::Array(capacity), registry).map_err(EngineError::Description)?;
+        let capacity_chain = match registry.capacity_chain() {
+            [] => Expr::Pipe(Vec::new()),
+            names => {
+                let mut capacity: Vec<Value> = vec!["pipe".into()];
+                capacity.extend(names.iter().map(|&n| Value::from(n)));
+                Expr::parse(&Value::Array(capacity), registry).map_err(EngineError::Description)?
+            }
+        };
         let warnings = chain.data_flow_warnings();
         static BUILT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -338,6 +338,9 @@ pub fn keep_passing(
 #[derive(Clone, Default)]
 pub struct Registry {
     plugins: Vec<Arc<dyn Plugin>>,
+    /// The lookup names of the chain `serverCapacity()` runs, whatever the configured
+    /// description (`Engine::capacity`); none: a capacity pass keeps every server.
+    capacity_chain: &'static [&'static str],
 }
 
 impl std::fmt::Debug for Registry {
@@ -354,6 +357,15 @@ impl Registry {
         }
         self.plugins.push(plugin);
         Ok(())
+    }
+
+    /// Sets the chain capacity passes run (lookup names, in order).
+    pub fn set_capacity_chain(&mut self, names: &'static [&'static str]) {
+        self.capacity_chain = names;
+    }
+
+    pub fn capacity_chain(&self) -> &'static [&'static str] {
+        self.capacity_chain
     }
 
     /// The plugin registered under a lookup name.

@@ -186,10 +186,6 @@ pub struct ListQuery<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VmNotFound;
 
-impl VmNotFound {
-    pub const STATUS: u16 = 404;
-}
-
 impl std::fmt::Display for VmNotFound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("VM not found")

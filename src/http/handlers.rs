@@ -154,7 +154,7 @@ pub(super) fn reply_batch(
             _ => (StatusCode::CONFLICT, Outcome::NoServer { servers, reason: summary }),
         };
         if watched {
-            let digest = crate::config::digest(&answer.body);
+            let digest = crate::digest::digest(&answer.body);
             done = Some(BatchDone { verdict: answer.verdict(), digest, vms: answer.vms });
         }
         (status, AnswerBody::Whole(answer.body), outcome)
@@ -227,7 +227,7 @@ pub(super) fn reply_allocation(
     if answer_size(servers, allocation, format, explain) < STREAM_FROM {
         let answer = written_answer(raw, servers, allocation, format, explain);
         let digest = match (&answer, digest) {
-            (Ok((_, AnswerBody::Whole(out), _)), true) => Some(crate::config::digest(out)),
+            (Ok((_, AnswerBody::Whole(out), _)), true) => Some(crate::digest::digest(out)),
             _ => None,
         };
         reply.send(answer);
@@ -237,7 +237,7 @@ pub(super) fn reply_allocation(
     let (mut parts, body) = stream::channel(patience);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = stream::part_buffer();
-    let mut digested = digest.then(crate::config::Digest::default);
+    let mut digested = digest.then(crate::digest::Digest::default);
     let written = write_answer(raw, servers, allocation, format, explain, &mut out, &mut |out| {
         // What part_done sends, digested first.
         if let (Some(d), true) = (digested.as_mut(), out.len() >= stream::PART_BYTES) {

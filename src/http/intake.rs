@@ -161,7 +161,7 @@ async fn read_frames(
     pace: UploadPace,
     mut keep: impl FnMut(&[u8]) -> Result<(), ApiError>,
 ) -> Result<BodySeen, ApiError> {
-    let mut digest = crate::config::Digest::default();
+    let mut digest = crate::digest::Digest::default();
     let mut bytes = 0;
     let mut body = std::pin::pin!(body);
     let start = Instant::now();

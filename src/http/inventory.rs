@@ -475,7 +475,7 @@ fn attempt(
             if let (true, Ok((_, AnswerBody::Whole(out), _))) = (recording, &answer) {
                 answered = Some(Answered {
                     verdict: verdict(d.servers, d.allocation),
-                    digest: crate::config::digest(out),
+                    digest: crate::digest::digest(out),
                     seed,
                     decided_on: DecidedOn {
                         servers: d.shared_texts(),

@@ -1,9 +1,10 @@
 //! The HTTP service: a thin axum layer over the engine.
 //!
 //! `POST /allocate`, `POST /capacity`, `GET /ping`, `GET /openapi.json`, `GET /metrics`,
-//! `POST /admin/reload`. One engine is built at start-up and shared; SIGHUP or
-//! `POST /admin/reload` swaps in a new one atomically when the new config is valid. Every request is logged as one bunyan
-//! line and counted in the metrics.
+//! `POST /admin/reload`, and in inventory mode `/inventory/*` (`inventory`). One engine is
+//! built at start-up and shared; SIGHUP or `POST /admin/reload` swaps in a new one
+//! atomically when the new config is valid. Every request is logged as one bunyan line and
+//! counted in the metrics.
 
 mod conn;
 mod drain;

@@ -11,8 +11,8 @@
 //! * [`json`]: `JSON.parse` where serde_json refuses what it read (lone surrogates, numbers
 //!   beyond the double range), and `JSON.stringify`'s escapes for lone surrogates.
 //! * [`date`]: `new Date(text)` for ISO strings and `toISOString()` (the reboot scorers).
-//! * [`regex`]: JavaScript regular expressions (`re` affinities) translated to the `regex`
-//!   crate's dialect and compiled with bounded size.
+//! * [`regex`]: JavaScript regular expressions (`re` affinities) translated to
+//!   `fancy-regex`'s dialect and compiled with bounded size and backtracking.
 //! * [`sandbox`]: the embedded QuickJS that runs operators' code (custom plugins, owner
 //!   filters) under a time and memory budget; [`present`]: the servers as that code sees
 //!   them; [`owner_filter`]: `filter_owner_server` snippets compiled and run in it as the

@@ -67,7 +67,9 @@ impl JsRegex {
     }
 }
 
-/// Compiles a native JavaScript regular expression (no flags) with bounded size.
+/// Compiles a native JavaScript regular expression (no flags) with bounded size: the
+/// tests' way into the native dialect.
+#[cfg(test)]
 pub fn js_regex(source: &str) -> Result<JsRegex, RegexError> {
     compile(source, Dialect::Native)
 }

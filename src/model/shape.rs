@@ -25,19 +25,6 @@ impl<T> Shape<T> {
         }
     }
 
-    pub fn is_absent(&self) -> bool {
-        matches!(self, Shape::Absent)
-    }
-
-    /// The received value as a [`Js`] view for messages and type checks
-    /// (objects are summarised as an empty object).
-    pub fn as_other(&self) -> Option<&Js> {
-        match self {
-            Shape::Other(v) => Some(v),
-            _ => None,
-        }
-    }
-
     /// JS truthiness of the field.
     pub fn truthy(&self) -> bool {
         match self {

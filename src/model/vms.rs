@@ -451,7 +451,9 @@ impl<'a> ServerVm<'a> {
         }
     }
 
-    /// The VM with every field as a [`Js`] (allocates for a plain VM).
+    /// The VM with every field as a [`Js`] (allocates for a plain VM): the tests' oracle
+    /// for the compact form.
+    #[cfg(test)]
     pub fn to_full(&self) -> FullVm {
         match self {
             ServerVm::Full(f) => (**f).clone(),

@@ -86,7 +86,7 @@ impl CustomSet {
             if lookup.is_empty() {
                 return Err(format!("plugin file {}: the file name gives no plugin name", path.display()));
             }
-            let digest = crate::config::digest(source.as_bytes());
+            let digest = crate::digest::digest(source.as_bytes());
             files.push(CustomFile { lookup, file, step: String::new(), digest, source });
         }
         let mut set = CustomSet { generation: GENERATION.fetch_add(1, Ordering::Relaxed), files, budget };

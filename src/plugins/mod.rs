@@ -54,7 +54,7 @@ pub(crate) mod testing;
 
 use std::sync::Arc;
 
-use crate::engine::{Plugin, ServerId};
+use crate::engine::Plugin;
 
 /// Every built-in plugin, once.
 pub fn built_in() -> Vec<Arc<dyn Plugin>> {
@@ -99,11 +99,6 @@ pub fn built_in() -> Vec<Arc<dyn Plugin>> {
         Arc::new(score_unreserved_ram::ScoreUnreservedRam),
         Arc::new(soft_filter_locality_hints::SoftFilterLocalityHints),
     ]
-}
-
-/// Keeps the servers for which `keep` holds, in order.
-pub fn retain(servers: &[ServerId], mut keep: impl FnMut(ServerId) -> bool) -> Vec<ServerId> {
-    servers.iter().copied().filter(|&id| keep(id)).collect()
 }
 
 #[cfg(test)]
