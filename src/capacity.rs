@@ -375,7 +375,7 @@ pub fn count(
     let [check_ram, check_cpu, check_disk, check_vms] = prepared.checks;
     // The package's ratios as the chain left them (override-overprovisioning may set them);
     // packages sharing a preparation have the same ones.
-    let pkg = prepared.req.package.clone().unwrap_or_else(|| PackageState::massage(package));
+    let pkg = prepared.req.package().cloned().unwrap_or_else(|| PackageState::massage(package));
     let hvm = is_hvm_brand(&vm.brand);
     let kvm = vm.brand.as_str() == Some("kvm");
     let ram = package.max_physical_memory_mib.num();

@@ -86,5 +86,11 @@ mod tests {
             warnings(chain),
             ["score-unreserved-ram reads the servers' unreserved resources, which no plugin before it writes"]
         );
+        // Owner filters see the servers as they stand: what nothing wrote yet is absent
+        // for them, as in the original, not a mistake.
+        let chain = serde_json::json!(["pipe", "hard-filter-owners-servers", "calculate-server-unreserved"]);
+        assert_eq!(warnings(chain), Vec::<String>::new());
+        let owners = super::built_in().lookup("hard-filter-owners-servers").map(|p| p.declaration().reads.to_vec());
+        assert!(owners.is_some_and(|r| r.contains(&crate::engine::Data::Unreserved)));
     }
 }

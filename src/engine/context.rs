@@ -165,7 +165,9 @@ pub struct Request<'r> {
     /// `vm.locality`, possibly replaced by `calculate-affinity`.
     vm_locality: Js,
     pub image: &'r Image,
-    pub package: Option<PackageState<'r>>,
+    /// The package, its ratios possibly replaced by `override-overprovisioning`
+    /// ([`Request::set_package_ratios`]).
+    package: Option<PackageState<'r>>,
     pub tickets: &'r [Ticket],
     /// Tickets the caller holds across requests (inventory mode's claims), counted after
     /// the request's own: handed over without being copied into `tickets`.
@@ -524,6 +526,29 @@ impl<'r> Request<'r> {
             None => t.server_uuid.to_js_string() == key,
         });
         own.chain(self.held_tickets.of_server(key))
+    }
+
+    /// The package, with its ratios in effect.
+    pub fn package(&self) -> Option<&PackageState<'r>> {
+        self.package.as_ref()
+    }
+
+    /// Replaces the package's ratios (CPU, RAM, disk; I/O and network cleared), as
+    /// `override-overprovisioning` does with the configured ones. No package: nothing.
+    pub fn set_package_ratios(&mut self, cpu: f64, ram: f64, disk: f64) {
+        if let Some(pkg) = self.package.as_mut() {
+            pkg.overprovision_cpu = Js::Num(cpu);
+            pkg.overprovision_ram = Js::Num(ram);
+            pkg.overprovision_disk = Js::Num(disk);
+            pkg.overprovision_io = Js::Undefined;
+            pkg.overprovision_net = Js::Undefined;
+        }
+    }
+
+    /// The package to change, for tests that set up a state mid-chain.
+    #[cfg(test)]
+    pub fn package_mut(&mut self) -> Option<&mut PackageState<'r>> {
+        self.package.as_mut()
     }
 
     /// `vm.cpu_cap` in effect ([`Data::CpuCap`](super::plugin::Data::CpuCap)).

@@ -214,6 +214,9 @@ impl Expr {
         let mut warnings = Vec::new();
         for (i, plugin) in plugins.iter().enumerate() {
             let declaration = plugin.declaration();
+            if declaration.reads_as_written {
+                continue;
+            }
             // Data with a meaningful value before it is written (the server's own ratios, a
             // score of 0, the VM's own cpu_cap) may be read early on purpose, as CNAPI's own
             // chain does.

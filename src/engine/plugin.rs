@@ -102,12 +102,31 @@ pub struct Declaration {
     /// states, scores or VMs): a caller placing VMs one after another may add the same
     /// increments again while the list stays the same ([`Placer`](super::incremental::Placer)).
     pub list_only: bool,
+    /// Hands the servers to operators' JavaScript as they stand: what it reads is read
+    /// only where an earlier plugin wrote it (absent otherwise, as in the original), so a
+    /// chain that writes it later or never is not a mistake to warn about.
+    pub reads_as_written: bool,
 }
 
 impl Declaration {
     /// A plugin that reads and writes nothing of the working set and keeps the order.
     pub const fn new(name: &'static str, kind: Kind, step: &'static str) -> Declaration {
-        Declaration { name, step, kind, reads: &[], writes: &[], reorders: false, per_server: false, list_only: false }
+        Declaration {
+            name,
+            step,
+            kind,
+            reads: &[],
+            writes: &[],
+            reorders: false,
+            per_server: false,
+            list_only: false,
+            reads_as_written: false,
+        }
+    }
+
+    pub const fn reads_as_written(mut self) -> Declaration {
+        self.reads_as_written = true;
+        self
     }
 
     pub const fn list_only(mut self) -> Declaration {

@@ -140,8 +140,13 @@ fn declaration(lookup: &str, step: &str) -> &'static Declaration {
     }
     let name: &'static str = Box::leak(lookup.to_string().into_boxed_str());
     let step: &'static str = Box::leak(step.to_string().into_boxed_str());
-    let d: &'static Declaration =
-        Box::leak(Box::new(Declaration::new(name, kind_of(lookup), step).writes(&[Data::Scores]).reorders()));
+    let d: &'static Declaration = Box::leak(Box::new(
+        Declaration::new(name, kind_of(lookup), step)
+            .reads(&[Data::CpuCap, Data::Locality, Data::Scores, Data::Ratios, Data::TicketVms, Data::Unreserved])
+            .writes(&[Data::Scores])
+            .reorders()
+            .reads_as_written(),
+    ));
     made.push(d);
     d
 }
@@ -361,7 +366,7 @@ fn opts_json(req: &Request<'_>) -> String {
         }
     }
     let img = parse(req.raw_params.image).unwrap_or_else(|| Value::Object(Default::default()));
-    let pkg = match (&req.package, parse(req.raw_params.package)) {
+    let pkg = match (req.package(), parse(req.raw_params.package)) {
         (Some(state), Some(Value::Object(mut o))) => {
             // The massaged package: ratios under their internal names, PAPI's names gone.
             for (key, value) in [

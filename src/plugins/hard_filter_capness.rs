@@ -27,7 +27,7 @@ impl ServerFilter for HardFilterCapness {
         if req.defaults.filter_capness.switched_off() {
             return Ok(PreFilter::Skip("Do not filter out cpu_cap disparities".into()));
         }
-        let capped = req.vm_cpu_cap().truthy() || req.package.as_ref().is_some_and(|p| p.package.cpu_cap_pct.truthy());
+        let capped = req.vm_cpu_cap().truthy() || req.package().is_some_and(|p| p.package.cpu_cap_pct.truthy());
         Ok(PreFilter::Run(capped))
     }
     fn filter(&self, req: &Request<'_>, &capped: &bool, id: ServerId) -> Verdict {

@@ -32,13 +32,13 @@ impl Plugin for HardFilterMinCpu {
             reasons.skip("Do not filter out based on minimum free CPU");
             return Ok(servers.to_vec());
         }
-        if let Some(pkg) = &req.package {
+        if let Some(pkg) = req.package() {
             if !req.vm_cpu_cap().truthy() && pkg.package.cpu_cap_pct.truthy() {
                 req.set_vm_cpu_cap(pkg.package.cpu_cap_pct.clone());
             }
         }
         // Uncapped VMs are allowed anywhere.
-        let Some(pkg) = req.package.as_ref().filter(|_| req.vm_cpu_cap().truthy()) else {
+        let Some(pkg) = req.package().filter(|_| req.vm_cpu_cap().truthy()) else {
             return Ok(servers.to_vec());
         };
         let requirement = match pkg.overprovision_cpu.truthy() {

@@ -33,11 +33,11 @@ impl ServerFilter for HardFilterMinDisk {
             return Ok(PreFilter::Skip("Do not filter out based on unreserved disk".into()));
         }
         let vm_quota = &req.vm.quota_gib;
-        let pkg_quota = req.package.as_ref().map(|p| &p.package.quota_mib);
+        let pkg_quota = req.package().map(|p| &p.package.quota_mib);
         if !vm_quota.truthy() && !pkg_quota.is_some_and(Js::truthy) {
             return Ok(PreFilter::Skip("Vm and pkg have no quota".into()));
         }
-        let Some(pkg) = &req.package else { return Ok(PreFilter::PassAll) };
+        let Some(pkg) = req.package() else { return Ok(PreFilter::PassAll) };
         if !pkg.overprovision_disk.truthy() {
             return Ok(PreFilter::Run(Requirement::NoRatio));
         }

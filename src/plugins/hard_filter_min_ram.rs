@@ -27,7 +27,7 @@ impl ServerFilter for HardFilterMinRam {
         if req.defaults.filter_min_resources.switched_off() {
             return Ok(PreFilter::Skip("Do not filter out based on minimum free RAM".into()));
         }
-        let Some(pkg) = &req.package else { return Ok(PreFilter::PassAll) };
+        let Some(pkg) = req.package() else { return Ok(PreFilter::PassAll) };
         if !pkg.overprovision_ram.truthy() {
             return Ok(PreFilter::Run(Requirement::NoRatio));
         }
@@ -66,7 +66,7 @@ mod tests {
             req.set_unreserved(i, Unreserved { cpu_pct: 0.0, ram_mib: ram, disk_mib: 0.0 });
         }
         if no_ram_ratio {
-            if let Some(p) = req.package.as_mut() {
+            if let Some(p) = req.package_mut() {
                 p.overprovision_ram = Js::Undefined;
             }
         }

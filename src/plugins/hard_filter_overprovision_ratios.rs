@@ -50,7 +50,7 @@ impl Plugin for HardFilterOverprovisionRatios {
         servers: &[ServerId],
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
-        let Some(pkg) = &req.package else {
+        let Some(pkg) = req.package() else {
             reasons.skip("No pkg provided");
             return Ok(servers.to_vec());
         };
@@ -140,7 +140,7 @@ mod tests {
     fn run_with_ram(ram: Js) -> Outcome {
         let f = fixture().package(json!({}));
         let mut req = f.request();
-        if let Some(p) = req.package.as_mut() {
+        if let Some(p) = req.package_mut() {
             p.overprovision_ram = ram;
         }
         run_on(&mut req, &HardFilterOverprovisionRatios)

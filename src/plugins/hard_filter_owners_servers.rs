@@ -23,11 +23,9 @@ use crate::plugins::shared::js_servers;
 pub struct HardFilterOwnersServers;
 
 static DECLARATION: Declaration =
-    Declaration::new("hard-filter-owners-servers", Kind::HardFilter, "Filter CNs based on owner filters").reads(&[
-        Data::Ratios,
-        Data::TicketVms,
-        Data::Scores,
-    ]);
+    Declaration::new("hard-filter-owners-servers", Kind::HardFilter, "Filter CNs based on owner filters")
+        .reads(&[Data::Ratios, Data::TicketVms, Data::Scores, Data::Unreserved])
+        .reads_as_written();
 
 impl Plugin for HardFilterOwnersServers {
     fn declaration(&self) -> &'static Declaration {

@@ -31,7 +31,7 @@ impl Plugin for HardFilterPlatformVersions {
         reasons: &mut Reasons,
     ) -> Result<Vec<ServerId>, PluginError> {
         let mut servers = servers.to_vec();
-        if let Some(pkg) = &req.package {
+        if let Some(pkg) = req.package() {
             let min = &pkg.package.min_platform;
             if min.truthy() {
                 let map = PlatformMap::from_js(min, "package.min_platform")?;

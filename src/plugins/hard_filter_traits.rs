@@ -34,7 +34,7 @@ impl ServerFilter for HardFilterTraits {
     }
     fn pre_filter(&self, req: &Request<'_>) -> Result<PreFilter<Requested>, PluginError> {
         // Any truthy VM traits (even `{}`) hide the package's completely.
-        let vm_traits = match (&req.vm.traits, &req.package) {
+        let vm_traits = match (&req.vm.traits, req.package()) {
             (t, _) if t.truthy() => t,
             (_, Some(pkg)) => &pkg.package.traits,
             (t, None) => t,

@@ -47,13 +47,7 @@ impl Plugin for OverrideOverprovisioning {
         for &id in servers {
             req.set_ratios(id, ratios.clone());
         }
-        if let Some(pkg) = req.package.as_mut() {
-            pkg.overprovision_cpu = Js::Num(cpu);
-            pkg.overprovision_ram = Js::Num(ram);
-            pkg.overprovision_disk = Js::Num(disk);
-            pkg.overprovision_io = Js::Undefined;
-            pkg.overprovision_net = Js::Undefined;
-        }
+        req.set_package_ratios(cpu, ram, disk);
         Ok(servers.to_vec())
     }
 }
@@ -74,7 +68,7 @@ mod tests {
         assert_eq!(out.remaining, ["a"]);
         assert!(out.reasons.is_empty());
         assert_eq!(req.ratios(0).stringify(), r#"{"cpu":6,"ram":1,"disk":1}"#);
-        let pkg = req.package.as_ref().expect("package");
+        let pkg = req.package().expect("package");
         assert_eq!(
             (pkg.overprovision_cpu.num(), pkg.overprovision_ram.num(), pkg.overprovision_disk.num()),
             (6.0, 1.0, 1.0)

@@ -16,7 +16,7 @@ use crate::js::Js;
 /// The deprecated spread in force: the package's `alloc_server_spread` if truthy, else
 /// `defaults.server_spread` (possibly `undefined`).
 pub fn spread<'a>(req: &'a Request<'_>) -> &'a Js {
-    match &req.package {
+    match req.package() {
         Some(pkg) if pkg.package.alloc_server_spread.truthy() => &pkg.package.alloc_server_spread,
         _ => &req.defaults.server_spread,
     }
