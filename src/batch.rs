@@ -113,12 +113,11 @@ fn read_object<T: serde::de::DeserializeOwned>(field: &str, raw: &RawValue) -> R
 
 /// A VM's uuid: its `vm_uuid`, else its `uuid`, else a new one (written into `vm_uuid`).
 fn uuid_of(vm: &mut VmPayload) -> String {
-    for js in [&vm.vm_uuid, &vm.uuid] {
-        if let Some(s) = js.as_str() {
-            return s.to_string();
-        }
+    if let Some(s) = vm.vm_uuid.as_str() {
+        return s.to_string();
     }
-    let uuid = uuid::Uuid::new_v4().to_string();
+    // Given as `uuid` alone, it is the VM's `vm_uuid` too (which validation checks).
+    let uuid = vm.uuid.as_str().map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_string);
     vm.vm_uuid = Js::str(&uuid);
     uuid
 }

@@ -115,6 +115,9 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
     if list.is_empty() {
         errors.push(FieldError::invalid("packages", "must name at least one package"));
     }
+    // Numbers past the double range read as null in a `Value`; JavaScript reads them as
+    // ±Infinity, a figure no count can use.
+    let non_finite = non_finite_figures(members.get("packages").map(|r| r.get()));
     let mut parsed = Vec::new();
     for (i, p) in list.iter().enumerate() {
         let Value::Object(fields) = p else {
@@ -129,6 +132,10 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
             ));
         }
         for (name, min) in [("quota", 0.0), ("cpu_cap", 0.0)] {
+            if non_finite.contains(&(i, name)) {
+                errors.push(FieldError::invalid(format!("packages[{i}].{name}"), "must be a finite number ≥ 0"));
+                continue;
+            }
             match fields.get(name) {
                 None | Some(Value::Null) => {}
                 Some(v) if v.as_f64().is_some_and(|x| x >= min) => {}
@@ -331,6 +338,21 @@ pub fn prepare<'r>(
         })
         .collect();
     Prepared { req, facts, left_out, checks }
+}
+
+/// The packages' `quota` and `cpu_cap` given as numbers past the double range.
+fn non_finite_figures(packages: Option<&str>) -> Vec<(usize, &'static str)> {
+    let Some(list) = packages.and_then(|text| crate::js::json::from_str::<Js>(text).ok()) else { return Vec::new() };
+    let list = list.as_arr().unwrap_or_default();
+    let mut found = Vec::new();
+    for (i, package) in list.iter().enumerate() {
+        for name in ["quota", "cpu_cap"] {
+            if matches!(package.get(name), Js::Num(n) if !n.is_finite()) {
+                found.push((i, name));
+            }
+        }
+    }
+    found
 }
 
 /// What of a package and its VM template the placement-independent part reads: packages
@@ -794,17 +816,26 @@ pub struct PackageSlots {
 
 /// The image and each package's VM checked as `/allocate` checks its own (a template with
 /// `brand: 5` would otherwise be counted as some VM).
+/// What a package gives its VM, by the VM's attribute: a message about one is about the
+/// package.
+const FROM_PACKAGE: [(&str, &str); 3] = [("ram", "max_physical_memory"), ("quota", "quota"), ("cpu_cap", "cpu_cap")];
+
 fn check_template(image: &Image, vms: &[VmPayload]) -> Result<(), AnswerError> {
-    use crate::validate::{validate_image, validate_vm_extensions, validate_vm_payload, vm_field};
-    if let Some(message) = validate_image(image) {
+    use crate::validate::{validate_image, validate_image_extensions, validate_vm_extensions, validate_vm_payload};
+    if let Some(message) = validate_image(image).or_else(|| validate_image_extensions(image)) {
         return Err(AnswerError::Invalid(vec![FieldError::invalid("image", message)]));
     }
-    for vm in vms {
+    for (i, vm) in vms.iter().enumerate() {
         let mut checked = vm.clone();
         if let Some(message) =
             validate_vm_payload(&mut checked, &image.requirements).or_else(|| validate_vm_extensions(&checked))
         {
-            return Err(AnswerError::Invalid(vec![FieldError::invalid(vm_field("vm", &message), message)]));
+            let field = crate::validate::vm_field("vm", &message);
+            let field = match FROM_PACKAGE.iter().find(|(attr, _)| field.strip_prefix("vm.") == Some(*attr)) {
+                Some((_, name)) => format!("packages[{i}].{name}"),
+                None => field,
+            };
+            return Err(AnswerError::Invalid(vec![FieldError::invalid(field, message)]));
         }
     }
     Ok(())

@@ -294,3 +294,37 @@ async fn a_batch_is_not_explained_but_refused() {
     }
     assert_eq!(post_json(service.addr, "/allocate", &body).await.status, 200);
 }
+
+/// A VM of `vms` named by `uuid` alone is placed under it (it was refused: `"vm.vm_uuid" is
+/// an invalid UUID`, about a field it did not send).
+#[test]
+fn a_vm_given_by_its_uuid_alone_is_placed_under_it() {
+    let mut body = example_request();
+    let vm = body["vm"].clone();
+    let mut by_uuid = vm.clone();
+    by_uuid.as_object_mut().expect("vm").remove("vm_uuid");
+    by_uuid["uuid"] = json!("0b2f6a7e-5a43-4d8e-9a40-6f1c2f0d7c11");
+    body["vms"] = json!([by_uuid]);
+    let (verdict, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(verdict.status(), 200, "{answer}");
+    assert_eq!(answer["vms"][0]["uuid"], "0b2f6a7e-5a43-4d8e-9a40-6f1c2f0d7c11");
+    assert!(answer["vms"][0]["server_uuid"].is_string(), "{answer}");
+}
+
+/// With `vms`, the request's `vm` gives nothing to them (its NIC tags made every VM without
+/// its own fail); the top-level `nic_tags` still apply to each.
+#[test]
+fn a_batch_of_vms_takes_nothing_from_vm() {
+    let mut body = example_request();
+    let mut own = body["vm"].clone();
+    own.as_object_mut().expect("vm").remove("nic_tags");
+    body["vms"] = json!([own]);
+    body["vm"]["nic_tags"] = json!(["no_such_tag"]);
+    body["vm"]["ram"] = json!(-1);
+    let (verdict, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!((verdict.status(), answer["placed"].as_u64()), (200, Some(1)), "{answer}");
+    body["nic_tags"] = json!(["no_such_tag"]);
+    let (_, answer) = run(&body, BatchOptions::default()).expect("answered");
+    assert_eq!(answer["placed"], 0, "{answer}");
+    assert!(answer["vms"][0]["message"].as_str().is_some_and(|m| m.contains("NIC")), "{answer}");
+}

@@ -301,6 +301,23 @@ fn bad_packages_are_refused_naming_the_field() {
     let with_image =
         json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "image": {"image_size": "big"}});
     assert_eq!(field(with_image), "image");
+    // dapi's own image checks too, exact or not; a package its image refuses is named.
+    for exact in [false, true] {
+        let body = json!({"servers": servers, "packages": [{"max_physical_memory": 1}], "image": {"image_size": -1}, "exact": exact});
+        assert_eq!(field(body), "image");
+        let small = json!({"servers": servers, "packages": [{"max_physical_memory": 4096}, {"max_physical_memory": 512}],
+            "image": {"requirements": {"min_ram": 1024}}, "exact": exact});
+        assert_eq!(field(small), "packages[1].max_physical_memory");
+    }
+    // A figure past the double range (Infinity to JSON.parse) cannot be counted.
+    let text = format!(
+        r#"{{"servers": {}, "packages": [{{"max_physical_memory": 512, "cpu_cap": 1e999}}]}}"#,
+        serde_json::to_string(&servers).expect("json")
+    );
+    match capacity(&engine, &Limits::default(), text.as_bytes(), false) {
+        Err(AnswerError::Invalid(errors)) => assert_eq!(errors[0].field, "packages[0].cpu_cap"),
+        other => panic!("refused expected, got {other:?}"),
+    }
 }
 
 #[tokio::test]

@@ -477,7 +477,8 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
     if !errors.is_empty() {
         return Err(BodyError::Invalid(errors));
     }
-    if batch.is_batch() && vm.is_none() {
+    // A batch of `vms` takes nothing from `vm` (the top-level `nic_tags` still apply).
+    if batch.vms.is_some() || (batch.is_batch() && vm.is_none()) {
         vm = Some(VmPayload::default());
     }
     let (Some((raw_servers, servers)), Some(image), Some(vm_payload), Some(tickets)) =
