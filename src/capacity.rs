@@ -814,12 +814,12 @@ pub struct PackageSlots {
     pub exact: Option<Value>,
 }
 
-/// The image and each package's VM checked as `/allocate` checks its own (a template with
-/// `brand: 5` would otherwise be counted as some VM).
 /// What a package gives its VM, by the VM's attribute: a message about one is about the
 /// package.
 const FROM_PACKAGE: [(&str, &str); 3] = [("ram", "max_physical_memory"), ("quota", "quota"), ("cpu_cap", "cpu_cap")];
 
+/// The image and each package's VM checked as `/allocate` checks its own (a template with
+/// `brand: 5` would otherwise be counted as some VM).
 fn check_template(image: &Image, vms: &[VmPayload]) -> Result<(), AnswerError> {
     use crate::validate::{validate_image, validate_image_extensions, validate_vm_extensions, validate_vm_payload};
     if let Some(message) = validate_image(image).or_else(|| validate_image_extensions(image)) {
