@@ -169,6 +169,24 @@ fn provisions_in_flight_are_tickets_that_count() {
         assert_eq!(run["servers"][0]["vms"], 2, "in-flight VMs are listed by the end");
         assert_eq!(doc["workload"]["concurrency"], k.parse::<u64>().expect("number"));
     }
+    // A chain that does not count tickets books the server past its room while provisions
+    // are in flight: what the flag is there to show.
+    let default: Value = serde_json::from_str(include_str!("../config/default.json")).expect("default config");
+    let chain: Vec<Value> = arr(&default["allocationDescription"])
+        .iter()
+        .filter(|p| p.as_str() != Some("calculate-ticketed-vms"))
+        .cloned()
+        .collect();
+    let blind = file("no-tickets.json", &json!({"allocationDescription": chain}));
+    let blind = blind.to_str().expect("path");
+    for (k, placed) in [("1", 2), ("3", 3)] {
+        let args =
+            ["--racks", "1", "--servers-per-rack", "1", "--ram", "20000M", "--concurrency", k, "--config", blind];
+        let mut args = args.to_vec();
+        args.push(mix.to_str().expect("path"));
+        let run = &figures(&args)["runs"][0];
+        assert_eq!(run["placed"], placed, "a chain blind to tickets, concurrency {k}: {run}");
+    }
 }
 
 /// The same seed gives the same bytes; another seed another draw.
