@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::datacenter::rack_and_host;
-use super::workload::{EventKind, Workload};
+use super::workload::{EventKind, SimVm, Workload};
 use crate::answer::failure_reason;
 use crate::engine::{Datacenter, Engine, ProvisionedVm, ServerId, Unreserved, VmRequest};
 use crate::js::Js;
@@ -240,11 +240,7 @@ pub fn run(
                 let vm = VmPayload {
                     vm_uuid: Js::str(&sim.uuid),
                     owner_uuid: sim.owner.as_deref().map_or(Js::Undefined, Js::str),
-                    brand: Js::str(&sim.brand),
-                    ram_mib: Js::Num(sim.ram_mib),
-                    quota_gib: Js::Num(sim.quota_gib),
-                    cpu_cap_pct: sim.cpu_cap.map_or(Js::Undefined, Js::Num),
-                    ..VmPayload::default()
+                    ..sim.sized_payload()
                 };
                 let package = sim.package(workload);
                 let (vm_text, package_text) = sim.texts(workload);
@@ -352,6 +348,10 @@ pub fn run(
 /// bits), its CPU cap, its brand.
 type VmKind<'w> = (Option<usize>, [u64; 2], Option<u64>, &'w str);
 
+fn kind(v: &SimVm) -> VmKind<'_> {
+    (v.package, [v.ram_mib.to_bits(), v.quota_gib.to_bits()], v.cpu_cap.map(f64::to_bits), v.brand.as_str())
+}
+
 /// The servers where no VM of the workload fits any more, counted as `dapi capacity`
 /// counts a package (the chain's rules and ratios), with the dimensions some VM lacked.
 fn stranding(
@@ -360,37 +360,15 @@ fn stranding(
     workload: &Workload,
     image: &Image,
 ) -> Vec<(ServerId, [bool; 3])> {
-    // One count per kind of VM: its package and what of the VM the count reads.
-    let mut kinds: Vec<VmKind<'_>> = workload
-        .vms
-        .iter()
-        .map(|v| {
-            (v.package, [v.ram_mib.to_bits(), v.quota_gib.to_bits()], v.cpu_cap.map(f64::to_bits), v.brand.as_str())
-        })
-        .collect();
-    kinds.sort_unstable();
-    kinds.dedup();
+    // One count per kind of VM, counted for one VM of that kind.
+    let mut kinds: Vec<&SimVm> = workload.vms.iter().collect();
+    kinds.sort_unstable_by_key(|v| kind(v));
+    kinds.dedup_by_key(|v| kind(v));
     let mut fits = vec![false; servers.len()];
     let mut short = vec![[false; 3]; servers.len()];
     let mut counted = vec![false; servers.len()];
-    for (package, [ram, quota], cap, brand) in kinds {
-        let vm = super::workload::SimVm {
-            uuid: String::new(),
-            owner: None,
-            brand: brand.to_string(),
-            ram_mib: f64::from_bits(ram),
-            cpu_cap: cap.map(f64::from_bits),
-            quota_gib: f64::from_bits(quota),
-            package,
-        };
-        let payload = VmPayload {
-            brand: Js::str(brand),
-            ram_mib: Js::Num(vm.ram_mib),
-            quota_gib: Js::Num(vm.quota_gib),
-            cpu_cap_pct: vm.cpu_cap.map_or(Js::Undefined, Js::Num),
-            ..VmPayload::default()
-        };
-        let (counts, _) = crate::capacity::analytic(engine, servers, &vm.package(workload), &payload, image);
+    for vm in kinds {
+        let (counts, _) = crate::capacity::analytic(engine, servers, &vm.package(workload), &vm.sized_payload(), image);
         for (id, slots) in counts {
             counted[id] = true;
             if slots.slots >= 1.0 {
@@ -410,7 +388,7 @@ fn stranding(
 
 /// The open provisioning ticket of a VM in flight, as CNAPI's waitlist holds it (RAM as
 /// asked: the ticket reader adds the hypervisor's share of HVM brands itself).
-fn ticket(sim: &super::workload::SimVm, listed: &ProvisionedVm, server_uuid: &Js) -> (Ticket, String) {
+fn ticket(sim: &SimVm, listed: &ProvisionedVm, server_uuid: &Js) -> (Ticket, String) {
     let extra = json!({
         "owner_uuid": sim.owner,
         "max_physical_memory": sim.ram_mib,

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::datacenter::counter_uuid;
 use crate::js::Js;
-use crate::model::{FieldError, Package};
+use crate::model::{FieldError, Package, VmPayload};
 
 /// The most VMs a workload may hold.
 pub const MAX_VMS: usize = 10_000_000;
@@ -314,6 +314,18 @@ impl SimVm {
             cpu_cap_pct: self.cpu_cap.map_or(Js::Undefined, Js::Num),
             quota_mib: Js::Num(self.quota_gib * 1024.0),
             ..Package::default()
+        }
+    }
+
+    /// The VM's payload as far as its size and brand go (what a count of its kind reads);
+    /// a placement adds its uuid and owner.
+    pub fn sized_payload(&self) -> VmPayload {
+        VmPayload {
+            brand: Js::str(&self.brand),
+            ram_mib: Js::Num(self.ram_mib),
+            quota_gib: Js::Num(self.quota_gib),
+            cpu_cap_pct: self.cpu_cap.map_or(Js::Undefined, Js::Num),
+            ..VmPayload::default()
         }
     }
 
