@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::context::{Request, ServerId, Shortfall};
-use super::parallel::sift;
+use super::parallel::{on_one_core, sift};
 use super::reasons::{Msg, Reasons};
 
 /// What a plugin does: hard filters remove servers that cannot host the VM, soft filters
@@ -328,19 +328,7 @@ pub fn keep_passing(
         Verdict::RemoveBecause(why) => Some((Some(why), None)),
         Verdict::Short(why, short) => Some((Some(why), Some(short))),
     };
-    let (kept, removed) = if parallel {
-        sift(servers, check)
-    } else {
-        let mut kept = Vec::with_capacity(servers.len());
-        let mut removed = Vec::new();
-        for &id in servers {
-            match check(id) {
-                None => kept.push(id),
-                Some(why) => removed.push((id, why)),
-            }
-        }
-        (kept, removed)
-    };
+    let (kept, removed) = if parallel { sift(servers, check) } else { on_one_core(|| sift(servers, check)) };
     for (id, (why, short)) in removed {
         if let Some(short) = short {
             req.note_shortfall(id, short);
