@@ -170,8 +170,11 @@ mod tests {
         let f = with_defaults(json!({"weight_unreserved_ram": 4})).package(json!({"alloc_server_spread": "random"}));
         assert_eq!(run(&f, &ram).reason_list(), skip);
         // Even a falsy spread that is not undefined hands over to another plugin.
-        let out = run(&with_defaults(json!({"weight_unreserved_ram": 4, "server_spread": ""})), &ram);
+        let out = run(&with_defaults(json!({"weight_unreserved_ram": 4, "server_spread": false})), &ram);
         assert_eq!(out.reason_list(), skip);
+        // An empty one in the config is metadata left unset, as CNAPI read it: no spread.
+        let out = run(&with_defaults(json!({"weight_unreserved_ram": 4, "server_spread": ""})), &ram);
+        assert_eq!(scores(&out), [5.0, 1.0, 3.0]);
     }
 
     #[test]

@@ -76,20 +76,43 @@ fn cnapi_defaults() -> serde_json::Value {
 }
 
 impl Defaults {
-    /// Builds the defaults from the config's `defaults` object: CNAPI's values fill the gaps,
-    /// then `validateDefaults` and the owner-filter compiler check the result.
+    /// Builds the defaults from the config's `defaults` object: read as CNAPI read its
+    /// metadata ([`as_cnapi_read`]), CNAPI's values fill the gaps, then `validateDefaults`,
+    /// dapi's own checks and the owner-filter compiler check the result.
     pub fn from_json(value: &serde_json::Value) -> Result<Defaults, String> {
-        validate_defaults(&Js::from_json(value))?;
-        let mut merged = value.clone();
+        let mut merged = as_cnapi_read(value);
+        validate_defaults(&Js::from_json(&merged))?;
+        let seed = take_seed(&mut merged)?;
         if let (Some(obj), serde_json::Value::Object(base)) = (merged.as_object_mut(), cnapi_defaults()) {
             for (key, val) in base {
                 obj.entry(key).or_insert(val);
             }
         }
         let mut defaults: Defaults = serde_json::from_value(merged.clone()).map_err(|e| format!("Defaults: {e}"))?;
+        // A weight past the double range would make every score Infinity or NaN.
+        for (name, weight) in defaults.weights() {
+            if !weight.num().is_finite() {
+                return Err(format!("Defaults {name} is not a finite number"));
+            }
+        }
+        defaults.seed = seed;
+        if let (Some(seed), Some(obj)) = (seed, merged.as_object_mut()) {
+            obj.insert("seed".into(), seed.into());
+        }
         defaults.json = merged;
         defaults.owner_filters = OwnerFilters::compile(&defaults.filter_owner_server)?;
         Ok(defaults)
+    }
+
+    fn weights(&self) -> [(&'static str, &Js); 6] {
+        [
+            ("weight_current_platform", &self.weight_current_platform),
+            ("weight_next_reboot", &self.weight_next_reboot),
+            ("weight_num_owner_zones", &self.weight_num_owner_zones),
+            ("weight_uniform_random", &self.weight_uniform_random),
+            ("weight_unreserved_disk", &self.weight_unreserved_disk),
+            ("weight_unreserved_ram", &self.weight_unreserved_ram),
+        ]
     }
 
     /// CNAPI's defaults with nothing overridden.
@@ -99,6 +122,52 @@ impl Defaults {
             Err(e) => unreachable!("built-in defaults are valid: {e}"),
         }
     }
+}
+
+/// The four platform stamps CNAPI never took from its metadata (always its hard-coded
+/// values): an empty one keeps the allocator's meaning, no such check.
+const NOT_FROM_METADATA: [&str; 4] = [
+    "filter_docker_nfs_volumes_automount_min_platform",
+    "filter_non_docker_nfs_volumes_automount_min_platform",
+    "filter_volapi_nfs_v2_min_platform",
+    "filter_flexible_disk_min_platform",
+];
+
+/// The defaults as CNAPI read its SAPI metadata into them (`CNAPI_CONTRACT.md` §2.2), so
+/// that a config carried over in that form means what it meant there: `""` (metadata left
+/// empty) is the hard-coded default, `"true"` and `"false"` are booleans, and
+/// `filter_owner_server` given as JSON text (as SAPI holds it) is that JSON. An object CNAPI
+/// built holds none of these, so it is read unchanged.
+fn as_cnapi_read(value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let Value::Object(given) = value else { return value.clone() };
+    let mut read = serde_json::Map::with_capacity(given.len());
+    for (key, val) in given {
+        let val = match val.as_str() {
+            Some("") if !NOT_FROM_METADATA.contains(&key.as_str()) => continue,
+            Some("true") => Value::Bool(true),
+            Some("false") => Value::Bool(false),
+            Some(text) if key == "filter_owner_server" => match serde_json::from_str(text) {
+                Ok(owners @ Value::Object(_)) => owners,
+                _ => val.clone(),
+            },
+            _ => val.clone(),
+        };
+        read.insert(key.clone(), val);
+    }
+    Value::Object(read)
+}
+
+/// dapi's `seed`, taken out of the defaults: a whole number, or one written as text.
+fn take_seed(defaults: &mut serde_json::Value) -> Result<Option<u64>, String> {
+    let Some(seed) = defaults.as_object_mut().and_then(|d| d.remove("seed")) else { return Ok(None) };
+    let read = match &seed {
+        serde_json::Value::Null => return Ok(None),
+        serde_json::Value::Number(n) => n.as_u64(),
+        serde_json::Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    };
+    read.map(Some).ok_or_else(|| format!("Defaults seed is not a whole number from 0 to {}: {seed}", u64::MAX))
 }
 
 #[cfg(test)]
@@ -115,6 +184,40 @@ mod tests {
         assert_eq!(d.weight_next_reboot, Js::Num(0.5));
         assert_eq!(d.filter_flexible_disk_min_platform, Js::Null);
         assert_eq!(d.filter_vm_limit, Js::Undefined);
+    }
+
+    #[test]
+    fn metadata_as_sapi_holds_it_reads_as_cnapi_read_it() {
+        let owners = r#"{"930896af-bf8c-48d4-885c-6573a94b1853": "server.hostname === 'cn1'"}"#;
+        let d = Defaults::from_json(&serde_json::json!({
+            "filter_headnode": "false", "filter_capness": "true", "weight_unreserved_ram": "",
+            "server_spread": "", "filter_docker_min_platform": "", "filter_owner_server": owners, "seed": "42"
+        }))
+        .expect("metadata as SAPI holds it");
+        assert_eq!(d.filter_headnode, Js::Bool(false));
+        assert_eq!(d.filter_capness, Js::Bool(true));
+        assert_eq!(d.weight_unreserved_ram, Js::Num(2.0), "empty: the hard-coded default");
+        assert_eq!(d.server_spread, Js::Undefined);
+        assert_eq!(d.filter_docker_min_platform, Js::Undefined);
+        assert!(d.filter_owner_server.as_obj().is_some(), "{:?}", d.filter_owner_server);
+        assert_eq!(d.seed, Some(42));
+        assert_eq!(d.json["seed"], 42);
+        // Any other text for a boolean is refused, as validateDefaults refused it.
+        let err = Defaults::from_json(&serde_json::json!({"filter_headnode": "yes"})).expect_err("not a boolean");
+        assert_eq!(err, "Defaults filter_headnode is not boolean");
+    }
+
+    #[test]
+    fn a_weight_must_be_finite_and_a_seed_whole() {
+        for weight in ["Infinity", "-Infinity", "1e999"] {
+            let err = Defaults::from_json(&serde_json::json!({"weight_unreserved_ram": weight})).expect_err(weight);
+            assert_eq!(err, "Defaults weight_unreserved_ram is not a finite number");
+        }
+        for seed in [serde_json::json!("abc"), serde_json::json!(-1), serde_json::json!(1.5), serde_json::json!([1])] {
+            let err = Defaults::from_json(&serde_json::json!({ "seed": seed })).expect_err("not a seed");
+            assert!(err.starts_with("Defaults seed is not a whole number"), "{err}");
+        }
+        assert_eq!(Defaults::from_json(&serde_json::json!({"seed": 7})).map(|d| d.seed), Ok(Some(7)));
     }
 
     #[test]
