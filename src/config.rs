@@ -494,13 +494,18 @@ impl ServiceConfig {
     /// The plugins a chain may name: the built-in ones and those of `plugins_dir`.
     pub fn registry(&self) -> Result<(Registry, Option<Arc<CustomSet>>), ConfigError> {
         let dir = self.plugins_dir.as_ref();
-        crate::registry::with_custom(dir.map(|(d, _)| d.as_path()), self.script_budget()).map_err(|message| {
-            ConfigError::Invalid {
-                source: dir.map_or(Source::BuiltIn, |(_, s)| s.clone()),
-                key: "plugins_dir".into(),
-                message,
-            }
-        })
+        let loaded =
+            crate::registry::with_custom(dir.map(|(d, _)| d.as_path()), self.script_budget()).map_err(|message| {
+                ConfigError::Invalid {
+                    source: dir.map_or(Source::BuiltIn, |(_, s)| s.clone()),
+                    key: "plugins_dir".into(),
+                    message,
+                }
+            })?;
+        for skipped in loaded.1.iter().flat_map(|set| &set.skipped) {
+            tracing::warn!("plugins_dir: {skipped}");
+        }
+        Ok(loaded)
     }
 
     /// What one call of operators' JavaScript may use (custom plugins, owner filters).

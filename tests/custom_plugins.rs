@@ -161,8 +161,6 @@ fn a_custom_filter_and_scorer_run_in_the_chain_with_their_steps_and_reasons() {
 fn files_that_do_not_load_stop_start_up_naming_the_file() {
     let cases: &[(&str, &str, &str)] = &[
         ("syntax.js", "module.exports = {name: 'x', run: function (", "syntax.js: does not load: SyntaxError"),
-        ("no-run.js", "module.exports = {name: 'x'};", "no-run.js: does not export a run function"),
-        ("no-name.js", "module.exports = {run: function () {}};", "no-name.js: does not export a name string"),
         ("throws.js", "throw new Error('boom at load');", "throws.js: does not load: Error: boom at load"),
         (
             "needs.js",
@@ -190,6 +188,36 @@ fn files_that_do_not_load_stop_start_up_naming_the_file() {
     let (code, _, err) = dapi(&["plugins"], &[("DAPI_PLUGINS_DIR", "/nonexistent/dapi-plugins")]);
     assert_eq!(code, 2);
     assert!(err.contains("plugins_dir /nonexistent/dapi-plugins: cannot be read"), "{err}");
+}
+
+#[test]
+fn files_that_are_no_plugins_are_skipped_with_a_warning() {
+    let dir = plugin_dir(
+        "helpers",
+        &[
+            ("hard-filter-avoid-r01.js", AVOID_R01),
+            ("util.js", "module.exports = {rackOf: function (s) { return s.rack_identifier; }};"),
+            ("no-name.js", "module.exports = {run: function () {}};"),
+        ],
+    );
+    let env = [("DAPI_PLUGINS_DIR", dir.to_str().unwrap_or(""))];
+    let (code, out, err) = dapi(&["plugins"], &env);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("hard-filter-avoid-r01"), "{out}");
+    assert!(!out.contains("util") && !out.contains("no-name"), "{out}");
+    assert!(err.contains("util.js: skipped: it does not export a run function"), "{err}");
+    assert!(err.contains("no-name.js: skipped: it does not export a name string"), "{err}");
+    // The plugin beside them runs; a chain naming a skipped file names no plugin.
+    let request = example_path();
+    let config = write_config(&dir, &chain(&["hard-filter-avoid-r01"]));
+    let (code, _, err) =
+        dapi(&["allocate", "--config", config.to_str().unwrap_or(""), request.to_str().unwrap_or("")], &env);
+    assert_eq!(code, 0, "{err}");
+    let config = write_config(&dir, &chain(&["util"]));
+    let (code, _, err) =
+        dapi(&["allocate", "--config", config.to_str().unwrap_or(""), request.to_str().unwrap_or("")], &env);
+    assert_eq!(code, 2);
+    assert!(err.contains("Unrecognized algorithm: util"), "{err}");
 }
 
 #[test]

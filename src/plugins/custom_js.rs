@@ -54,6 +54,8 @@ pub struct CustomSet {
     generation: u64,
     pub files: Vec<CustomFile>,
     pub budget: Budget,
+    /// Why each `.js` file that is no plugin was skipped (logged as a warning at load).
+    pub skipped: Vec<String>,
 }
 
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -89,15 +91,25 @@ impl CustomSet {
             let digest = crate::digest::digest(source.as_bytes());
             files.push(CustomFile { lookup, file, step: String::new(), digest, source });
         }
-        let mut set = CustomSet { generation: GENERATION.fetch_add(1, Ordering::Relaxed), files, budget };
+        let mut set =
+            CustomSet { generation: GENERATION.fetch_add(1, Ordering::Relaxed), files, budget, skipped: Vec::new() };
         let steps = load_set(&set)
             .map_err(|(file, e)| match file {
                 Some(file) => format!("plugin file {}: {e}", dir.join(file).display()),
                 None => format!("plugins_dir {shown}: {e}"),
             })?
             .1;
-        for (file, step) in set.files.iter_mut().zip(steps) {
-            file.step = step;
+        // As the original: a module without a `run` function or a `name` (a helper file,
+        // say) is no plugin, and is skipped with a warning rather than refused.
+        let files = std::mem::take(&mut set.files);
+        for (mut file, step) in files.into_iter().zip(steps) {
+            match step {
+                Ok(step) => {
+                    file.step = step;
+                    set.files.push(file);
+                }
+                Err(why) => set.skipped.push(format!("plugin file {}: skipped: {why}", dir.join(&file.file).display())),
+            }
         }
         Ok(set)
     }
@@ -244,12 +256,15 @@ impl Plugin for CustomJs {
     }
 }
 
+/// A file's step name, or why it is no plugin.
+type StepOrSkip = Result<String, &'static str>;
+
 /// Why a set did not load: the file at fault (when one is) and what is wrong.
 type LoadError<'a> = (Option<&'a str>, String);
 
-/// A new sandbox with every plugin of `set` loaded, and each one's step name; an error
-/// names the file at fault (if one is).
-fn load_set(set: &CustomSet) -> Result<(Loaded, Vec<String>), LoadError<'_>> {
+/// A new sandbox with every plugin of `set` loaded, and each one's step name or why the
+/// file is no plugin; an error names the file at fault (if one is).
+fn load_set(set: &CustomSet) -> Result<(Loaded, Vec<StepOrSkip>), LoadError<'_>> {
     let sandbox = Sandbox::new(set.budget).map_err(|e| (None, e.to_string()))?;
     let driver =
         sandbox.call(|ctx| driver(ctx).map(|d| Persistent::save(ctx, d))).map_err(|e| (None, e.to_string()))?;
@@ -265,17 +280,11 @@ fn load_set(set: &CustomSet) -> Result<(Loaded, Vec<String>), LoadError<'_>> {
                 Failure::Threw(thrown) => at(format!("does not load: {thrown}")),
                 other => at(format!("does not load: it {other}")),
             })?;
-        if !has_run {
-            return Err(at("does not export a run function (module.exports = {name, run})".into()));
-        }
-        match name {
-            Some(n) if !n.is_empty() => steps.push(n),
-            _ => {
-                return Err(at(
-                    "does not export a name string (module.exports = {name, run}; the name is the step name)".into(),
-                ))
-            }
-        }
+        steps.push(match name {
+            _ if !has_run => Err("it does not export a run function (module.exports = {name, run})"),
+            Some(n) if !n.is_empty() => Ok(n),
+            _ => Err("it does not export a name string (module.exports = {name, run}; the name is the step name)"),
+        });
     }
     Ok((Loaded { generation: set.generation, sandbox, driver }, steps))
 }
