@@ -142,7 +142,7 @@ fn bad_input_exits_2_with_a_message_that_names_it() {
     assert_eq!(code, 2);
     assert!(err.starts_with("dapi: ") && err.contains("line 1"), "{err}");
 
-    let (code, _, err) = run_with_stdin(&["allocate", "-"], br#"{"servers": [], "vm": {}, "image": {}}"#);
+    let (code, _, err) = run_with_stdin(&["allocate", "-"], br#"{"servers": {}, "vm": {}, "image": {}}"#);
     assert_eq!(code, 2);
     assert!(err.contains("servers: "), "{err}");
 

@@ -45,6 +45,10 @@ pub struct AllocateBody<'a> {
     pub seed: Option<u64>,
     /// The members that make the body a batch, read by `crate::batch`.
     pub batch: BatchFields<'a>,
+    /// The VM's own `nic_tags` where the top-level `nic_tags` replaced them (`Undefined`
+    /// when it had none): CNAPI checked the VM as sent, then the top-level tags
+    /// (`crate::validate`).
+    pub vm_own_nic_tags: Option<crate::js::Js>,
     /// The JSON text of the other parameters, for plugins that see them whole.
     pub raw: RawParams<'a>,
 }

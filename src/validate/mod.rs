@@ -57,14 +57,11 @@ pub fn vm_field(prefix: &str, message: &str) -> String {
     }
 }
 
-/// dapi: the candidate list itself. An empty list is the caller's mistake (CNAPI never sent
-/// one: it answered 409 before calling the allocator), and a uuid given twice would make the
-/// answer ambiguous. Individual servers are not checked here: invalid ones are filtered, with
-/// their reasons, by `hard-filter-invalid-servers`.
+/// dapi: the candidate list itself. A uuid given twice would make the answer ambiguous. An
+/// empty list is no mistake: CNAPI ran the allocator on it too (every server reserved, say),
+/// and answered 409 `received by DAPI`. Individual servers are not checked here: invalid ones
+/// are filtered, with their reasons, by `hard-filter-invalid-servers`.
 pub fn validate_server_list(servers: &[Server]) -> Result<(), FieldError> {
-    if servers.is_empty() {
-        return Err(FieldError::invalid("servers", r#""servers" array is empty"#));
-    }
     let mut seen =
         std::collections::HashMap::with_capacity_and_hasher(servers.len(), crate::fxhash::FxBuild::default());
     for (i, server) in servers.iter().enumerate() {
@@ -86,7 +83,17 @@ fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> 
     if let Some(msg) = body.package.as_mut().and_then(validate_package) {
         return Some(("package", msg));
     }
-    if let Some(msg) = validate_vm_payload(&mut body.vm, &body.image.requirements) {
+    // The VM as sent (its own `nic_tags` swapped in, then back): CNAPI copied the top-level
+    // `nic_tags` in after checking it.
+    let swap_own_nic_tags = |body: &mut AllocateBody<'_>| {
+        if let Some(own) = body.vm_own_nic_tags.as_mut() {
+            std::mem::swap(own, &mut body.vm.nic_tags);
+        }
+    };
+    swap_own_nic_tags(body);
+    let payload = validate_vm_payload(&mut body.vm, &body.image.requirements);
+    swap_own_nic_tags(body);
+    if let Some(msg) = payload {
         return Some(("vm", msg));
     }
     if let Some(msg) = validate_vm_extensions(&body.vm) {
@@ -103,7 +110,7 @@ fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> 
 }
 
 /// CNAPI's own check of the `nic_tags` parameter: every element a string. (The VM payload
-/// check, which runs first, already refuses what this refuses when the tags sit in the VM.)
+/// check, which runs first, already refuses what this refuses when the tags are the VM's own.)
 fn check_nic_tags(tags: &Js) -> Option<String> {
     let bad = tags.as_arr().is_some_and(|t| t.iter().any(|tag| tag.as_str().is_none()));
     bad.then(|| "invalid nic_tag".to_string())

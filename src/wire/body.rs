@@ -489,9 +489,8 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
     if let Some(r) = nic_tag_requirements {
         vm_payload.nic_tag_requirements = json::from_str::<Js>(r.get()).unwrap_or_default();
     }
-    if let Some(r) = nic_tags {
-        vm_payload.nic_tags = json::from_str::<Js>(r.get()).unwrap_or_default();
-    }
+    let vm_own_nic_tags = nic_tags
+        .map(|r| std::mem::replace(&mut vm_payload.nic_tags, json::from_str::<Js>(r.get()).unwrap_or_default()));
     let vm = vm.unwrap_or_default();
     let raw = RawParams {
         vm: vm_raw.map(RawValue::get),
@@ -499,7 +498,7 @@ fn read_allocate_body(walked: Walked<'_>) -> Result<AllocateBody<'_>, BodyError>
         package: package_raw.map(RawValue::get),
         tickets: tickets_raw.map(RawValue::get),
     };
-    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed, raw, batch })
+    Ok(AllocateBody { raw_servers, servers, vm, image, package, tickets, seed, raw, batch, vm_own_nic_tags })
 }
 
 /// A `POST /capacity` body: the servers (each one's text and typed form) and, when the body
