@@ -120,10 +120,12 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
     let non_finite = non_finite_figures(members.get("packages").map(|r| r.get()));
     let mut parsed = Vec::new();
     for (i, p) in list.iter().enumerate() {
-        let Value::Object(fields) = p else {
+        let Value::Object(given) = p else {
             errors.push(FieldError::invalid(format!("packages[{i}]"), "must be a package object"));
             continue;
         };
+        let mut fields = given.clone();
+        figures_as_numbers(&mut fields);
         let ram = fields.get("max_physical_memory");
         if !ram.is_some_and(|r| r.as_f64().is_some_and(|r| r > 0.0)) {
             errors.push(FieldError::invalid(
@@ -153,8 +155,9 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
                 errors.push(FieldError::invalid(format!("packages[{i}].{name}"), "must be a ratio above 0"));
             }
         }
-        match serde_json::from_value::<Package>(p.clone()) {
-            Ok(package) => parsed.push((package, p.clone())),
+        let package = Value::Object(fields);
+        match serde_json::from_value::<Package>(package.clone()) {
+            Ok(read) => parsed.push((read, package)),
             Err(e) => errors.push(FieldError::invalid(format!("packages[{i}]"), format!("is not a package: {e}"))),
         }
     }
@@ -178,6 +181,18 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
         return Err(errors);
     }
     Ok(Some(PackageQuery { packages: parsed, vm, image, exact }))
+}
+
+/// A package's figures given as numeric text (`"1024"`), as `/allocate` reads a package's,
+/// made numbers: they become the VM's, which must be numbers.
+fn figures_as_numbers(fields: &mut Map<String, Value>) {
+    for name in ["max_physical_memory", "quota", "cpu_cap"] {
+        let Some(Value::String(text)) = fields.get(name) else { continue };
+        let number = text.trim().parse::<f64>().ok().filter(|n| n.is_finite()).map(num_to_json);
+        if let Some(number) = number {
+            fields.insert(name.into(), number);
+        }
+    }
 }
 
 /// The VM of a package: the template with the package's RAM, disk and CPU cap.

@@ -265,6 +265,34 @@ fn analytic_is_never_below_exact_on_generated_datacenters() {
     }
 }
 
+/// No servers is no mistake: CNAPI counted none (every server reserved, say).
+#[test]
+fn no_servers_have_no_capacity() {
+    let engine = engine(json!({}), false);
+    let answer = ask(&engine, &json!({"servers": []})).expect("counted");
+    assert_eq!(answer["capacities"], json!({}));
+    let answer = ask(&engine, &json!({"servers": [], "packages": packages()})).expect("counted");
+    assert_eq!(answer["packages"][0]["slots"], 0);
+}
+
+/// A package's figures written as numeric text count as the numbers, as `/allocate` reads a
+/// package (before, `"1024"` was refused as not a number of MiB).
+#[test]
+fn package_figures_as_text_count_as_numbers() {
+    let engine = engine(json!({}), false);
+    let as_text = json!([
+        {"name": "small", "max_physical_memory": "1024", "quota": "10240", "cpu_cap": " 100 "},
+        {"name": "large", "max_physical_memory": "4096", "quota": 20480, "cpu_cap": "100"}
+    ]);
+    for exact in [false, true] {
+        let numbers = ask(&engine, &json!({"servers": datacenter(), "packages": packages(), "exact": exact}));
+        let text = ask(&engine, &json!({"servers": datacenter(), "packages": as_text, "exact": exact}));
+        let numbers = numbers.expect("numbers counted");
+        assert_eq!(text.expect("text counted"), numbers);
+        assert!(numbers["packages"][0]["slots"].as_u64().is_some_and(|n| n > 0), "{numbers}");
+    }
+}
+
 #[test]
 fn bad_packages_are_refused_naming_the_field() {
     let engine = engine(json!({}), false);
