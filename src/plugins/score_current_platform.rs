@@ -6,8 +6,9 @@
 //!
 //! A server whose `current_platform` is missing, not a string, or not a valid stamp makes the
 //! original throw. Here such a server counts as running the oldest platform among the
-//! candidates (no bonus for a positive weight); if no server has a readable stamp, all count
-//! as equal.
+//! candidates: no bonus for a positive weight where platforms differ, the same increment as
+//! every server where all readable stamps are alike (as `normalize` scores equal values); if
+//! no server has a readable stamp, all count as equal.
 
 use super::shared::scoring::normalize;
 use crate::engine::parallel::map_parts;
