@@ -90,8 +90,7 @@ pub fn schemas() -> Map<String, Value> {
             "properties": {
                 "servers": {
                     "type": "array",
-                    "minItems": 1,
-                    "description": "Candidate servers (CNAPI server objects, each with its VMs in `vms`). Each uuid at most once (422 otherwise). Servers that do not match CNAPI's server schema are not refused: `hard-filter-invalid-servers` removes them, with the reason, and the answer is a 409 when none is left.",
+                    "description": "Candidate servers (CNAPI server objects, each with its VMs in `vms`). None is answered 409 `received by DAPI`, as CNAPI answered it. Each uuid at most once (422 otherwise). Servers that do not match CNAPI's server schema are not refused: `hard-filter-invalid-servers` removes them, with the reason, and the answer is a 409 when none is left.",
                     "items": reference("Server")
                 },
                 "vm": reference("VmPayload"),
@@ -182,7 +181,7 @@ pub fn schemas() -> Map<String, Value> {
     );
     put(
         "CapacityServers",
-        json!({ "type": "array", "minItems": 1, "items": reference("Server"), "description": "The servers, at least one." }),
+        json!({ "type": "array", "items": reference("Server"), "description": "The servers (none: no capacities)." }),
     );
     put(
         "Server",
