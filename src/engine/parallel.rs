@@ -2,9 +2,10 @@
 //!
 //! With thousands of candidates a plugin's time goes to fetching each server's data from
 //! memory, one server after another; splitting the candidates over the cores divides that
-//! time. Below [`PARALLEL_FROM`] candidates starting a thread costs more than it saves, so
-//! small requests (CNAPI's usual tens of servers) stay on the calling thread. Results keep
-//! the candidates' order, so the answer is the same either way.
+//! time. The parts go to threads kept for them (one per core besides the caller's); below
+//! [`PARALLEL_FROM`] candidates handing a part over costs more than it saves, so small
+//! requests (CNAPI's usual tens of servers) stay on the calling thread. Results keep the
+//! candidates' order, so the answer is the same either way.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -24,7 +25,7 @@ thread_local! {
 
 /// Runs `f` with every pass over the servers on the calling thread: for a caller whose
 /// runs are one at a time while the other cores serve other work (inventory mode's
-/// decisions), where starting threads costs more, and waits longer, than it saves.
+/// decisions), where handing parts over costs more, and waits longer, than it saves.
 pub fn on_one_core<R>(f: impl FnOnce() -> R) -> R {
     struct Restore(bool);
     impl Drop for Restore {

@@ -104,6 +104,7 @@ impl Defaults {
         Ok(defaults)
     }
 
+    /// The six scorers' weights, by name.
     fn weights(&self) -> [(&'static str, &Js); 6] {
         [
             ("weight_current_platform", &self.weight_current_platform),
