@@ -15,7 +15,7 @@
 
 use serde_json::value::RawValue;
 
-use crate::answer::{check_limits, failure_reason, AnswerError, Verdict};
+use crate::outcome::{check_limits, failure_reason, AnswerError, Verdict};
 use crate::config::Limits;
 use crate::engine::{write_json_str, Datacenter, Engine, StepsFormat, VmRequest};
 use crate::js::Js;

@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use crate::answer::AnswerError;
+use crate::outcome::AnswerError;
 use crate::engine::context::PackageState;
 use crate::engine::{Datacenter, Engine, Expr, Placer, Request, ServerId, Shortfall, Unreserved, VmRequest};
 use crate::js::{num_to_json, write_num_json, write_uint_json, Js};

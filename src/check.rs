@@ -12,11 +12,11 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Map, Value};
 
-use crate::answer::AnswerError;
 use crate::capacity::{count, prepare, vm_of};
 use crate::engine::Engine;
 use crate::js::{fmt_num, num_to_json};
 use crate::model::{Image, Package, Server, VmPayload};
+use crate::outcome::AnswerError;
 use crate::validate::FieldError;
 
 /// The VM asked about: RAM in MiB, disk in GiB, CPU cap in percent of one core.

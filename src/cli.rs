@@ -13,10 +13,11 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use crate::answer::{self, AnswerOptions, NoFitBody};
 use crate::config::{ConfigError, ServiceConfig};
 use crate::engine::{Engine, Registry, StepsFormat};
 use crate::explain::ExplainOptions;
+use crate::outcome::AnswerError;
 use crate::plugins::custom_js::CustomSet;
 use crate::wire::pages::Input;
 

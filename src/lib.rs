@@ -5,7 +5,8 @@
 //! * [`plugins`]: the hard filters, soft filters, scorers and transforms, one per file.
 //! * [`js`]: the JavaScript value semantics the original's answers depend on.
 //! * [`answer`]: the one path from a request body to an answer, used by the service
-//!   ([`http`]) and the command line ([`cli`]); [`batch`]: many VMs in one request;
+//!   ([`http`]) and the command line ([`cli`]); [`outcome`]: what an allocation came to
+//!   (verdict, errors), shared by every answering path; [`batch`]: many VMs in one request;
 //!   [`simulate`]: a chain run over a datacenter and a workload over time.
 
 pub mod answer;
@@ -22,6 +23,7 @@ pub mod http;
 pub mod inventory;
 pub mod js;
 pub mod model;
+pub mod outcome;
 pub mod plugins;
 pub mod record;
 pub mod registry;

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::answer::Verdict;
 use crate::config::{ConfigError, RecordConfig, ServiceConfig};
+use crate::outcome::Verdict;
 
 /// Records waiting for the writer, at most (a burst past it is dropped).
 const QUEUE_RECORDS: usize = 256;

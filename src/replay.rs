@@ -17,12 +17,13 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::answer::{self, AnswerOptions, NoFitBody, Verdict};
+use crate::answer::{self, AnswerOptions, NoFitBody};
 use crate::batch::BatchOptions;
 use crate::config::{Limits, ServiceConfig};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::{self, ExplainOptions};
 use crate::model::AllocateBody;
+use crate::outcome::{AnswerError, Verdict};
 use crate::record::{self, AnswerAsked, Decision, RecordFile};
 use crate::shadow::same_servers;
 use crate::wire::parse_allocate_body;
@@ -206,7 +207,7 @@ fn replay_one(
     let body = file.body.get().as_bytes();
     let head = &file.head;
     let parse = || -> Result<AllocateBody<'_>, String> {
-        let mut request = parse_allocate_body(body).map_err(|e| answer::AnswerError::from(e).to_string())?;
+        let mut request = parse_allocate_body(body).map_err(|e| AnswerError::from(e).to_string())?;
         request.seed = head.seed.or(request.seed);
         Ok(request)
     };

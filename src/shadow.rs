@@ -21,11 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::answer::Verdict;
 use crate::batch::VmOutcome;
 use crate::config::{ConfigError, ServiceConfig};
 use crate::engine::{Allocation, Engine, Step};
 use crate::model::AllocateBody;
+use crate::outcome::Verdict;
 
 /// The second config's engine.
 pub struct ShadowEngine {

@@ -6,7 +6,8 @@ mod common;
 use std::collections::HashMap;
 
 use common::{example_request, post_json, start};
-use dapi::answer::{self, AnswerError, AnswerOptions, Verdict};
+use dapi::answer::{self, AnswerOptions};
+use dapi::outcome::{AnswerError, Verdict};
 use dapi::batch::BatchOptions;
 use dapi::config::ServiceConfig;
 use serde_json::{json, Value};

@@ -4,7 +4,8 @@
 
 mod common;
 
-use dapi::answer::{capacity, AnswerError};
+use dapi::answer::capacity;
+use dapi::outcome::AnswerError;
 use dapi::config::Limits;
 use dapi::engine::Engine;
 use serde_json::{json, Value};

@@ -3,7 +3,8 @@
 
 use std::sync::OnceLock;
 
-use dapi::answer::{self, AnswerError, AnswerOptions, NoFitBody};
+use dapi::answer::{self, AnswerOptions, NoFitBody};
+use dapi::outcome::AnswerError;
 use dapi::config::Limits;
 use dapi::engine::Engine;
 use serde_json::Value;

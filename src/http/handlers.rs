@@ -14,10 +14,11 @@ use super::errors::ApiError;
 use super::intake::{run_limited, run_limited_or_inline, BodySeen, Inline, Received, Reply};
 use super::stream;
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError, AnswerOptions, NoFitBody, Verdict};
+use crate::answer::{self, AnswerOptions, NoFitBody};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::{AllocateBody, Server};
+use crate::outcome::{AnswerError, Verdict};
 use crate::validate::FieldError;
 use crate::wire::{
     parse_allocate_body, parse_allocate_text, parse_arriving_allocate_body, parse_arriving_capacity_body,
@@ -65,7 +66,7 @@ pub(super) fn outcome_of(servers: &[Server<'_>], allocation: &Allocation) -> (St
         Some(id) => (StatusCode::OK, Outcome::Allocated { servers: count, uuid: servers[id].reason_key() }),
         None => (
             StatusCode::CONFLICT,
-            Outcome::NoServer { servers: count, reason: answer::failure_reason(&allocation.steps) },
+            Outcome::NoServer { servers: count, reason: crate::outcome::failure_reason(&allocation.steps) },
         ),
     }
 }

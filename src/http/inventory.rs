@@ -15,7 +15,8 @@ use super::errors::ApiError;
 use super::handlers::{json_response, written_answer, AnswerBody};
 use super::watch::Watch;
 use super::{AppState, Outcome};
-use crate::answer::{self, AnswerError, Verdict};
+use crate::answer;
+use crate::outcome::{AnswerError, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::inventory::claims::ticket_json;
@@ -495,7 +496,7 @@ fn attempt(
 fn verdict(servers: &[Server<'_>], allocation: &Allocation) -> Verdict {
     match allocation.chosen {
         Some(id) => Verdict::Chosen { uuid: servers[id].reason_key() },
-        None => Verdict::NoFit { reason: answer::failure_reason(&allocation.steps) },
+        None => Verdict::NoFit { reason: crate::outcome::failure_reason(&allocation.steps) },
     }
 }
 

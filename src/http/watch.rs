@@ -9,11 +9,11 @@ use axum::http::HeaderMap;
 
 use super::intake::Received;
 use super::AppState;
-use crate::answer::{AnswerError, Verdict};
 use crate::batch::{allocate_batch_as, BatchOptions, VmOutcome};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::model::AllocateBody;
+use crate::outcome::{AnswerError, Verdict};
 use crate::record::{AnswerAsked, DecidedOn, Decision, Record};
 use crate::shadow::ShadowEngine;
 use crate::wire::parse_allocate_body;

@@ -16,10 +16,10 @@ use serde_json::json;
 
 use super::datacenter::rack_and_host;
 use super::workload::{EventKind, SimVm, Workload};
-use crate::answer::failure_reason;
 use crate::engine::{Datacenter, Engine, ProvisionedVm, ServerId, Unreserved, VmRequest};
 use crate::js::Js;
 use crate::model::{Image, RawParams, Server, Ticket, VmPayload};
+use crate::outcome::failure_reason;
 
 const MIB: f64 = 1_048_576.0;
 
