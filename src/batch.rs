@@ -15,11 +15,11 @@
 
 use serde_json::value::RawValue;
 
-use crate::outcome::{check_limits, failure_reason, AnswerError, Verdict};
 use crate::config::Limits;
 use crate::engine::{write_json_str, Datacenter, Engine, StepsFormat, VmRequest};
 use crate::js::Js;
 use crate::model::{AllocateBody, FieldError, Image, Package, ParamType, RawParams, VmPayload};
+use crate::outcome::{check_limits, failure_reason, AnswerError, Verdict};
 use crate::validate::{validate_allocate, vm_field};
 
 /// The most VMs one batch may place.
@@ -46,6 +46,10 @@ struct Item {
     package: Option<Package>,
     /// While validating: the request holds the item's package.
     own_package: bool,
+    /// What the VM payload check takes as the VM's own `nic_tags` where the top-level ones
+    /// replaced them (`AllocateBody::vm_own_nic_tags`): a `vms` VM without tags of its own
+    /// got the top-level ones; a `count` VM is the request's.
+    own_nic_tags: Option<Js>,
     /// What custom plugins see as `opts`: the VM's JSON with its own uuid, its own image's
     /// and package's (else the request's).
     raw: OwnedRaw,
@@ -133,14 +137,17 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
         },
         (None, None) => None,
     };
+    // Top-level NIC tags apply to every VM, as they do to `vm`; the VM's own tags as they
+    // were, for the checks.
     let copy_top = |vm: &mut VmPayload| {
-        // Top-level NIC tags apply to every VM, as they do to `vm`.
+        let own_nic_tags = (vm.nic_tags.is_undefined() && request.vm_own_nic_tags.is_some()).then_some(Js::Undefined);
         if vm.nic_tags.is_undefined() {
             vm.nic_tags = request.vm.nic_tags.clone();
         }
         if vm.nic_tag_requirements.is_undefined() {
             vm.nic_tag_requirements = request.vm.nic_tag_requirements.clone();
         }
+        own_nic_tags
     };
     match (fields.vms, count) {
         (Some(_), Some(_)) => Err(invalid("count", "give either vms or count (with vm), not both")),
@@ -156,7 +163,8 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
                     vm.uuid = Js::Undefined;
                     let uuid = uuid_of(&mut vm);
                     let raw = OwnedRaw { vm: vm_text(request.raw.vm, &vm), ..OwnedRaw::default() };
-                    Item { uuid, vm, image: None, package: None, own_package: false, raw }
+                    let own_nic_tags = request.vm_own_nic_tags.clone();
+                    Item { uuid, vm, image: None, package: None, own_package: false, own_nic_tags, raw }
                 })
                 .collect())
         }
@@ -184,7 +192,7 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
                 let image = own.image.map(|r| read_object::<Image>(&format!("{field}.image"), r)).transpose()?;
                 let package =
                     own.package.map(|r| read_object::<Package>(&format!("{field}.package"), r)).transpose()?;
-                copy_top(&mut vm);
+                let own_nic_tags = copy_top(&mut vm);
                 let uuid = uuid_of(&mut vm);
                 if let Some(first) = seen.insert(uuid.clone(), i) {
                     return Err(invalid(format!("{field}.vm_uuid"), format!("{uuid} is also vms[{first}]'s")));
@@ -194,7 +202,7 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
                     image: own.image.map(|r| r.get().to_string()),
                     package: own.package.map(|r| r.get().to_string()),
                 };
-                items.push(Item { uuid, vm, image, package, own_package: false, raw });
+                items.push(Item { uuid, vm, image, package, own_package: false, own_nic_tags, raw });
             }
             Ok(items)
         }
@@ -204,11 +212,19 @@ fn read_items(request: &AllocateBody<'_>, count: Option<usize>) -> Result<Vec<It
 /// Validates each VM with CNAPI's checks (its own image and package, or the shared ones),
 /// naming the failing field `vms[i].<attribute>`.
 fn validate_items(request: &mut AllocateBody<'_>, items: &mut [Item]) -> Result<(), AnswerError> {
+    // The top-level tags are a parameter of their own (CNAPI checked them), even where every
+    // VM has tags of its own.
+    if request.vm_own_nic_tags.is_some() {
+        if let Some(message) = crate::validate::validate_nic_tags_param(&request.vm.nic_tags) {
+            return Err(invalid("nic_tags", message));
+        }
+    }
     for (i, item) in items.iter_mut().enumerate() {
         // The item's VM, image and package take the request's places for the checks (which
         // may rewrite them), then go back.
         let swap = |request: &mut AllocateBody<'_>, item: &mut Item| {
             std::mem::swap(&mut request.vm, &mut item.vm);
+            std::mem::swap(&mut request.vm_own_nic_tags, &mut item.own_nic_tags);
             if let Some(image) = item.image.as_mut() {
                 std::mem::swap(&mut request.image, image);
             }
@@ -227,6 +243,8 @@ fn validate_items(request: &mut AllocateBody<'_>, items: &mut [Item]) -> Result<
                 "vm" => vm_field(&prefix, &e.message),
                 "image" if item.image.is_some() => format!("{prefix}.image"),
                 "package" if item.package.is_some() => format!("{prefix}.package"),
+                // The top-level tags, where the VM had none of its own.
+                "nic_tags" if item.own_nic_tags.is_some() => e.field.clone(),
                 "nic_tags" | "nic_tag_requirements" => format!("{prefix}.{}", e.field),
                 other => other.to_string(),
             };

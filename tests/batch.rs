@@ -7,9 +7,9 @@ use std::collections::HashMap;
 
 use common::{example_request, post_json, start};
 use dapi::answer::{self, AnswerOptions};
-use dapi::outcome::{AnswerError, Verdict};
 use dapi::batch::BatchOptions;
 use dapi::config::ServiceConfig;
+use dapi::outcome::{AnswerError, Verdict};
 use serde_json::{json, Value};
 
 fn engine() -> (dapi::engine::Engine, dapi::config::Limits) {
@@ -209,6 +209,43 @@ fn bad_batch_fields_are_named() {
     body.as_object_mut().expect("object").remove("vm");
     body["count"] = json!(2);
     assert_eq!(invalid_field(&body), "vm");
+}
+
+/// A VM's own tags are checked as its own whatever the top-level ones; the top-level ones
+/// are named as the top level's (before, a VM's own `"nic_tags": "abc"` beside top-level tags
+/// went unchecked to the engine: a 500).
+#[test]
+fn a_batch_vms_own_nic_tags_and_the_top_level_ones_are_named_apart() {
+    let message = |body: &Value| match run(body, BatchOptions::default()) {
+        Err(AnswerError::Invalid(errors)) => (errors[0].field.clone(), errors[0].message.clone()),
+        other => panic!("expected 422, got {other:?}"),
+    };
+    for top in [None, Some(json!(["external"]))] {
+        for (own, expected) in [
+            (json!("abc"), r#"VM "nic_tags" is not an array"#),
+            (json!(["external", 1]), r#"VM "nic_tags" contains invalid type in array"#),
+        ] {
+            let mut body = tagged_vms(2, false);
+            body["vms"][1]["nic_tags"] = own;
+            if let Some(top) = &top {
+                body["nic_tags"] = top.clone();
+            }
+            assert_eq!(message(&body), ("vms[1].nic_tags".to_string(), expected.to_string()), "top {top:?}");
+        }
+    }
+    // Bad top-level tags are named so, whether a VM takes them or has its own.
+    for strip in [false, true] {
+        let mut body = tagged_vms(2, false);
+        if strip {
+            body["vms"][1].as_object_mut().map(|vm| vm.remove("nic_tags"));
+        }
+        body["nic_tags"] = json!(["external", 1]);
+        assert_eq!(message(&body), ("nic_tags".to_string(), "invalid nic_tag".to_string()), "strip {strip}");
+    }
+    let mut body = example_request();
+    body["count"] = json!(2);
+    body["nic_tags"] = json!(["external", 1]);
+    assert_eq!(message(&body), ("nic_tags".to_string(), "invalid nic_tag".to_string()));
 }
 
 #[test]

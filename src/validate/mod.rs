@@ -103,7 +103,7 @@ fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> 
     if let Some(msg) = (!requirements.is_undefined()).then(|| validate_nic_tag_requirements(requirements)).flatten() {
         return Some(("nic_tag_requirements", msg));
     }
-    if let Some(msg) = check_nic_tags(&body.vm.nic_tags) {
+    if let Some(msg) = validate_nic_tags_param(&body.vm.nic_tags) {
         return Some(("nic_tags", msg));
     }
     validate_tickets(&body.tickets).map(|msg| ("tickets", msg))
@@ -111,7 +111,7 @@ fn first_failure(body: &mut AllocateBody<'_>) -> Option<(&'static str, String)> 
 
 /// CNAPI's own check of the `nic_tags` parameter: every element a string. (The VM payload
 /// check, which runs first, already refuses what this refuses when the tags are the VM's own.)
-fn check_nic_tags(tags: &Js) -> Option<String> {
+pub fn validate_nic_tags_param(tags: &Js) -> Option<String> {
     let bad = tags.as_arr().is_some_and(|t| t.iter().any(|tag| tag.as_str().is_none()));
     bad.then(|| "invalid nic_tag".to_string())
 }

@@ -942,9 +942,9 @@ fn allocate_nic_tag_requirements_and_tags() {
     let mut own_good = with_vm("nic_tags", json!(["a"]));
     own_good["nic_tags"] = json!(["b", 2]);
     assert_eq!(allocate(own_good), field_error("nic_tags", "invalid nic_tag"));
-    assert_eq!(check_nic_tags(&Js::from_json(&json!(["a", 1]))).as_deref(), Some("invalid nic_tag"));
-    assert_eq!(check_nic_tags(&Js::from_json(&json!(["a"]))), None);
-    assert_eq!(check_nic_tags(&Js::Undefined), None);
+    assert_eq!(validate_nic_tags_param(&Js::from_json(&json!(["a", 1]))).as_deref(), Some("invalid nic_tag"));
+    assert_eq!(validate_nic_tags_param(&Js::from_json(&json!(["a"]))), None);
+    assert_eq!(validate_nic_tags_param(&Js::Undefined), None);
 }
 
 #[test]
