@@ -23,11 +23,11 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
-use crate::outcome::AnswerError;
 use crate::engine::context::PackageState;
 use crate::engine::{Datacenter, Engine, Expr, Placer, Request, ServerId, Shortfall, Unreserved, VmRequest};
 use crate::js::{num_to_json, write_num_json, write_uint_json, Js};
 use crate::model::{Image, Package, Server, VmPayload};
+use crate::outcome::AnswerError;
 use crate::plugins::shared::unreserved::{is_hvm_brand, ratio_or_one, MIB, POOL_USABLE_RATIO};
 use crate::validate::FieldError;
 
@@ -183,12 +183,13 @@ pub fn package_query_in(members: &IndexMap<String, &RawValue>) -> Result<Option<
     Ok(Some(PackageQuery { packages: parsed, vm, image, exact }))
 }
 
-/// A package's figures given as numeric text (`"1024"`), as `/allocate` reads a package's,
-/// made numbers: they become the VM's, which must be numbers.
+/// A package's figures given as numeric text (`"1024"`, `"0x400"`), read as `/allocate`
+/// reads a package's (JavaScript's `Number`), made numbers: they become the VM's, which must
+/// be numbers.
 fn figures_as_numbers(fields: &mut Map<String, Value>) {
     for name in ["max_physical_memory", "quota", "cpu_cap"] {
         let Some(Value::String(text)) = fields.get(name) else { continue };
-        let number = text.trim().parse::<f64>().ok().filter(|n| n.is_finite()).map(num_to_json);
+        let number = Some(Js::str(text).num()).filter(|n| n.is_finite()).map(num_to_json);
         if let Some(number) = number {
             fields.insert(name.into(), number);
         }

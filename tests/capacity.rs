@@ -5,9 +5,9 @@
 mod common;
 
 use dapi::answer::capacity;
-use dapi::outcome::AnswerError;
 use dapi::config::Limits;
 use dapi::engine::Engine;
+use dapi::outcome::AnswerError;
 use serde_json::{json, Value};
 
 const GIB: f64 = 1_073_741_824.0;
@@ -282,7 +282,7 @@ fn no_servers_have_no_capacity() {
 fn package_figures_as_text_count_as_numbers() {
     let engine = engine(json!({}), false);
     let as_text = json!([
-        {"name": "small", "max_physical_memory": "1024", "quota": "10240", "cpu_cap": " 100 "},
+        {"name": "small", "max_physical_memory": "0x400", "quota": "10240", "cpu_cap": " 100 "},
         {"name": "large", "max_physical_memory": "4096", "quota": 20480, "cpu_cap": "100"}
     ]);
     for exact in [false, true] {

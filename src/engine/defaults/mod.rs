@@ -80,20 +80,25 @@ impl Defaults {
     /// metadata ([`as_cnapi_read`]), CNAPI's values fill the gaps, then `validateDefaults`,
     /// dapi's own checks and the owner-filter compiler check the result.
     pub fn from_json(value: &serde_json::Value) -> Result<Defaults, String> {
-        let mut merged = as_cnapi_read(value);
+        let mut given = value.clone();
+        let seed = take_seed(&mut given)?;
+        let mut merged = as_cnapi_read(&given);
         validate_defaults(&Js::from_json(&merged))?;
-        let seed = take_seed(&mut merged)?;
         if let (Some(obj), serde_json::Value::Object(base)) = (merged.as_object_mut(), cnapi_defaults()) {
             for (key, val) in base {
                 obj.entry(key).or_insert(val);
             }
         }
         let mut defaults: Defaults = serde_json::from_value(merged.clone()).map_err(|e| format!("Defaults: {e}"))?;
-        // A weight past the double range would make every score Infinity or NaN.
+        // A score adds at most each weight's magnitude: past the double range it would be
+        // Infinity (the answer's `score: null`, a tie between every server).
         for (name, weight) in defaults.weights() {
             if !weight.num().is_finite() {
                 return Err(format!("Defaults {name} is not a finite number"));
             }
+        }
+        if !defaults.weights().iter().map(|(_, w)| w.num().abs()).sum::<f64>().is_finite() {
+            return Err("Defaults weight_*: their magnitudes add up past the largest number (1.8e308)".into());
         }
         defaults.seed = seed;
         if let (Some(seed), Some(obj)) = (seed, merged.as_object_mut()) {
@@ -125,13 +130,30 @@ impl Defaults {
     }
 }
 
-/// The four platform stamps CNAPI never took from its metadata (always its hard-coded
-/// values): an empty one keeps the allocator's meaning, no such check.
-const NOT_FROM_METADATA: [&str; 4] = [
-    "filter_docker_nfs_volumes_automount_min_platform",
-    "filter_non_docker_nfs_volumes_automount_min_platform",
-    "filter_volapi_nfs_v2_min_platform",
-    "filter_flexible_disk_min_platform",
+/// The defaults CNAPI took from its SAPI metadata (`CNAPI_CONTRACT.md` §2.1), where `""` is
+/// a knob left unset. The four NFS and flexible-disk platform stamps are not among them
+/// (always CNAPI's hard-coded values): an empty one keeps the allocator's reading, as an
+/// unknown key keeps its refusal.
+const FROM_METADATA: [&str; 19] = [
+    "server_spread",
+    "filter_capness",
+    "filter_headnode",
+    "filter_min_resources",
+    "filter_large_servers",
+    "filter_docker_min_platform",
+    "filter_vm_limit",
+    "filter_owner_server",
+    "disable_override_overprovisioning",
+    "overprovision_ratio_cpu",
+    "overprovision_ratio_ram",
+    "overprovision_ratio_disk",
+    "minimum_free_disk",
+    "weight_current_platform",
+    "weight_next_reboot",
+    "weight_num_owner_zones",
+    "weight_uniform_random",
+    "weight_unreserved_disk",
+    "weight_unreserved_ram",
 ];
 
 /// The defaults as CNAPI read its SAPI metadata into them (`CNAPI_CONTRACT.md` §2.2), so
@@ -145,7 +167,7 @@ fn as_cnapi_read(value: &serde_json::Value) -> serde_json::Value {
     let mut read = serde_json::Map::with_capacity(given.len());
     for (key, val) in given {
         let val = match val.as_str() {
-            Some("") if !NOT_FROM_METADATA.contains(&key.as_str()) => continue,
+            Some("") if FROM_METADATA.contains(&key.as_str()) => continue,
             Some("true") => Value::Bool(true),
             Some("false") => Value::Bool(false),
             Some(text) if key == "filter_owner_server" => match serde_json::from_str(text) {
@@ -159,13 +181,16 @@ fn as_cnapi_read(value: &serde_json::Value) -> serde_json::Value {
     Value::Object(read)
 }
 
-/// dapi's `seed`, taken out of the defaults: a whole number, or one written as text.
+/// dapi's `seed`, taken out of the defaults: a whole number (`7`, `7.0`, `7e2`, as a body's
+/// `seed` reads), or one written as text; `""` is none.
 fn take_seed(defaults: &mut serde_json::Value) -> Result<Option<u64>, String> {
     let Some(seed) = defaults.as_object_mut().and_then(|d| d.remove("seed")) else { return Ok(None) };
+    let whole = |f: f64| (f >= 0.0 && f.fract() == 0.0 && f < u64::MAX as f64).then_some(f as u64);
     let read = match &seed {
         serde_json::Value::Null => return Ok(None),
-        serde_json::Value::Number(n) => n.as_u64(),
-        serde_json::Value::String(s) => s.trim().parse().ok(),
+        serde_json::Value::String(s) if s.trim().is_empty() => return Ok(None),
+        serde_json::Value::Number(n) => n.as_u64().or_else(|| n.as_f64().and_then(whole)),
+        serde_json::Value::String(s) => s.trim().parse().ok().or_else(|| s.trim().parse().ok().and_then(whole)),
         _ => None,
     };
     read.map(Some).ok_or_else(|| format!("Defaults seed is not a whole number from 0 to {}: {seed}", u64::MAX))
@@ -218,12 +243,30 @@ mod tests {
             let err = Defaults::from_json(&serde_json::json!({ "seed": seed })).expect_err("not a seed");
             assert!(err.starts_with("Defaults seed is not a whole number"), "{err}");
         }
-        assert_eq!(Defaults::from_json(&serde_json::json!({"seed": 7})).map(|d| d.seed), Ok(Some(7)));
+        for seed in [serde_json::json!(7), serde_json::json!(7.0), serde_json::json!("7"), serde_json::json!("7e0")] {
+            assert_eq!(Defaults::from_json(&serde_json::json!({ "seed": seed })).map(|d| d.seed), Ok(Some(7)));
+        }
+        assert_eq!(Defaults::from_json(&serde_json::json!({"seed": ""})).map(|d| d.seed), Ok(None));
+        let err = Defaults::from_json(&serde_json::json!({"seed": "true"})).expect_err("not a seed");
+        assert!(err.ends_with(": \"true\""), "the value as written: {err}");
+        // Each finite, but a score adding them would not be.
+        let err = Defaults::from_json(
+            &serde_json::json!({"weight_unreserved_ram": "1e308", "weight_unreserved_disk": 1e308}),
+        )
+        .expect_err("past the range together");
+        assert!(err.starts_with("Defaults weight_*: their magnitudes add up past"), "{err}");
     }
 
     #[test]
     fn unknown_keys_are_refused() {
         let err = Defaults::from_json(&serde_json::json!({"filter_headnodes": true})).expect_err("typo");
         assert!(err.contains("filter_headnodes"), "{err}");
+        // Left empty too: an empty value is dropped for CNAPI's own knobs only.
+        let err = Defaults::from_json(&serde_json::json!({"filter_headnodes": ""})).expect_err("typo");
+        assert!(err.contains("filter_headnodes"), "{err}");
+        // The flexible-disk stamp keeps the allocator's reading of "": not a stamp.
+        let err =
+            Defaults::from_json(&serde_json::json!({"filter_flexible_disk_min_platform": ""})).expect_err("empty");
+        assert_eq!(err, "Defaults filter_flexible_disk_min_platform is not an ISO UTC timestamp");
     }
 }
