@@ -280,6 +280,14 @@ async fn feeding_is_validated_like_allocate() {
     small["vm"]["ram"] = json!(1024);
     small["vm"]["max_physical_memory"] = json!(1024);
     small["package"]["max_physical_memory"] = json!(1024);
+    // A batch is refused, naming its member, and claims nothing.
+    for (member, value) in [("count", json!(2)), ("vms", json!([small["vm"].clone()]))] {
+        let mut batch = small.clone();
+        batch[member] = value;
+        let reply = post_json(a.addr, "/allocate", &batch).await;
+        assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+        assert_eq!(reply.json()["errors"][0]["field"], member);
+    }
     let reply = post_json(a.addr, "/allocate", &small).await;
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     assert_eq!(pg.psql("feeding", "SELECT count(*) FROM claims"), "1");

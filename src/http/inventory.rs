@@ -16,7 +16,6 @@ use super::handlers::{json_response, written_answer, AnswerBody};
 use super::watch::Watch;
 use super::{AppState, Outcome};
 use crate::answer;
-use crate::outcome::{AnswerError, Verdict};
 use crate::engine::{Allocation, Engine, StepsFormat};
 use crate::explain::ExplainOptions;
 use crate::inventory::claims::ticket_json;
@@ -24,6 +23,7 @@ use crate::inventory::records::{self, RecordError};
 use crate::inventory::store::StoreError;
 use crate::inventory::{AllocateError, Attempt, Decided, Inventory, CLAIM_RETRIES};
 use crate::model::{AllocateBody, Server};
+use crate::outcome::{AnswerError, Verdict};
 use crate::record::DecidedOn;
 use crate::validate::validate_payload;
 use crate::wire::parse_allocate_body;
@@ -444,7 +444,15 @@ fn api_error(e: AllocateError) -> ApiError {
 type Attempted = (Result<Attempt<Written>, ApiError>, Option<Answered>);
 
 fn read(body: &[u8]) -> Result<AllocateBody<'_>, ApiError> {
-    Ok(parse_allocate_body(body).map_err(AnswerError::from)?)
+    let request = parse_allocate_body(body).map_err(AnswerError::from)?;
+    // A batch is placed on the servers its request brings; a replica decides one VM at a
+    // time against the inventory (before, `count` was ignored and `vms` refused for `vm`).
+    if request.batch.is_batch() {
+        let field = if request.batch.vms.is_some() { "vms" } else { "count" };
+        let message = "a batch is placed on the servers it brings; in inventory mode send one VM per request";
+        return Err(ApiError::InvalidParameters(vec![crate::model::FieldError::invalid(field, message)]));
+    }
+    Ok(request)
 }
 
 /// One attempt ([`Inventory::decide`]) for `request`, read from `body`. With `recording`,
