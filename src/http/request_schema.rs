@@ -167,7 +167,7 @@ pub fn schemas() -> Map<String, Value> {
         "CapacityPackage",
         json!({
             "type": "object",
-            "description": "A package to count slots of: `max_physical_memory` (MiB) is required; `quota` (MiB) and `cpu_cap` when given are not negative; the `overprovision_*` ratios when given are above 0.",
+            "description": "A package to count slots of: `max_physical_memory` (MiB) is required; `quota` (MiB) and `cpu_cap` when given are not negative; the `overprovision_*` ratios when given are above 0. The three figures are also read from numeric text (`\"1024\"`), as JavaScript's `Number` reads it.",
             "required": ["max_physical_memory"],
             "properties": {
                 "max_physical_memory": { "type": "number", "exclusiveMinimum": 0 },
