@@ -547,9 +547,6 @@ fn run(command: Command) -> Result<(), CliError> {
         Command::Plugins { config, json } => {
             let config = ServiceConfig::from_process(config.config.as_deref())?;
             let (registry, custom) = config.registry()?;
-            for skipped in custom.iter().flat_map(|set| &set.skipped) {
-                eprintln!("dapi: warning: {skipped}");
-            }
             print(plugin_list(&registry, custom.as_deref(), json))
         }
         Command::Replay { config, json, dir } => {

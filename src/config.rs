@@ -502,8 +502,14 @@ impl ServiceConfig {
                     message,
                 }
             })?;
-        for skipped in loaded.1.iter().flat_map(|set| &set.skipped) {
-            tracing::warn!("plugins_dir: {skipped}");
+        for (_, skipped) in loaded.1.iter().flat_map(|set| &set.skipped) {
+            // The command line sets no log (its output is the answer): its warnings go to
+            // standard error.
+            if tracing::dispatcher::has_been_set() {
+                tracing::warn!("plugins_dir: {skipped}");
+            } else {
+                eprintln!("dapi: warning: {skipped}");
+            }
         }
         Ok(loaded)
     }
@@ -519,8 +525,18 @@ impl ServiceConfig {
     /// The engine, and the custom plugins it was built with (loaded once, here).
     pub fn engine_and_plugins(&self) -> Result<(Engine, Option<Arc<CustomSet>>), ConfigError> {
         let (registry, custom) = self.registry()?;
-        let mut engine = build_engine(&self.allocation_description, &self.defaults, &registry)
-            .map_err(|message| ConfigError::Engine { source: self.blame(&registry), message })?;
+        let mut engine = build_engine(&self.allocation_description, &self.defaults, &registry).map_err(|message| {
+            // A chain naming a file that was skipped as no plugin says so.
+            let skipped = custom
+                .iter()
+                .flat_map(|set| &set.skipped)
+                .find(|(name, _)| message.ends_with(&format!("Unrecognized algorithm: {name}")));
+            let message = match skipped {
+                Some((_, why)) => format!("{message} ({why})"),
+                None => message,
+            };
+            ConfigError::Engine { source: self.blame(&registry), message }
+        })?;
         engine.set_script_budget(self.script_budget());
         for warning in engine.warnings() {
             tracing::warn!("allocation description: {warning}");

@@ -207,17 +207,20 @@ fn files_that_are_no_plugins_are_skipped_with_a_warning() {
     assert!(!out.contains("util") && !out.contains("no-name"), "{out}");
     assert!(err.contains("util.js: skipped: it does not export a run function"), "{err}");
     assert!(err.contains("no-name.js: skipped: it does not export a name string"), "{err}");
-    // The plugin beside them runs; a chain naming a skipped file names no plugin.
+    // The plugin beside them runs (the CLI warns on standard error); a chain naming a
+    // skipped file names no plugin, and says why.
     let request = example_path();
     let config = write_config(&dir, &chain(&["hard-filter-avoid-r01"]));
     let (code, _, err) =
         dapi(&["allocate", "--config", config.to_str().unwrap_or(""), request.to_str().unwrap_or("")], &env);
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("dapi: warning: plugin file ") && err.contains("util.js: skipped"), "{err}");
     let config = write_config(&dir, &chain(&["util"]));
     let (code, _, err) =
         dapi(&["allocate", "--config", config.to_str().unwrap_or(""), request.to_str().unwrap_or("")], &env);
     assert_eq!(code, 2);
-    assert!(err.contains("Unrecognized algorithm: util"), "{err}");
+    assert!(err.contains("Unrecognized algorithm: util (plugin file "), "{err}");
+    assert!(err.contains("util.js: skipped: it does not export a run function"), "{err}");
 }
 
 #[test]

@@ -54,8 +54,9 @@ pub struct CustomSet {
     generation: u64,
     pub files: Vec<CustomFile>,
     pub budget: Budget,
-    /// Why each `.js` file that is no plugin was skipped (logged as a warning at load).
-    pub skipped: Vec<String>,
+    /// Each `.js` file that is no plugin: the name a chain would give it, and why it was
+    /// skipped (a warning at load).
+    pub skipped: Vec<(String, String)>,
 }
 
 static GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -108,7 +109,9 @@ impl CustomSet {
                     file.step = step;
                     set.files.push(file);
                 }
-                Err(why) => set.skipped.push(format!("plugin file {}: skipped: {why}", dir.join(&file.file).display())),
+                Err(why) => set
+                    .skipped
+                    .push((file.lookup, format!("plugin file {}: skipped: {why}", dir.join(&file.file).display()))),
             }
         }
         Ok(set)
