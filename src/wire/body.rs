@@ -102,7 +102,8 @@ fn reserve_for_rest(raws: &mut Vec<&str>, servers: &mut Vec<Server<'_>>, rest: u
     raws.reserve_exact(more);
 }
 
-/// A big servers array is cut into pieces of about this many bytes. The first thread
+/// A big servers array is cut into pieces of about this many bytes (each starting at a
+/// server, as far as a look at the bytes near each mark can tell). The first thread
 /// reads from the array's start in its own place, taking each piece as it arrives at it;
 /// the other thread takes pieces from the array's end backwards, each into a list of its
 /// own; they meet where they meet. Cut in fixed halves, the array kept the faster thread
@@ -119,8 +120,8 @@ struct PieceServers<'a> {
     end: usize,
 }
 
-/// The pieces of a big servers array after the first: where each starts (only a guess:
-/// just after a `},{`), the ones neither thread has taken yet, and what the other thread
+/// The pieces of a big servers array after the first: where each starts (only a guess: a
+/// `{` just after `},`), the ones neither thread has taken yet, and what the other thread
 /// read of those it took.
 struct Pieces<'a> {
     starts: Vec<usize>,
@@ -180,6 +181,21 @@ fn read_piece<'a>(c: &mut Cursor<'a>, from: usize, until: usize) -> PieceServers
         }
     }
     read
+}
+
+/// Where the first `{` that follows `},` (and nothing but whitespace, as in pretty-printed
+/// JSON) is in `text`: where an element of an array of objects would start.
+fn object_after_comma(text: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = memchr::memmem::find(text.get(from..)?, b"},") {
+        let after = from + at + 2;
+        let next = after + text.get(after..)?.iter().position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))?;
+        if text[next] == b'{' {
+            return Some(next);
+        }
+        from = after;
+    }
+    None
 }
 
 /// The first thread's hold on the pieces: the other thread while it may still be reading,
@@ -284,7 +300,8 @@ impl<'a> Cursor<'a> {
     }
 
     /// Where the pieces of the servers array after the first would start (see [`PIECE`]):
-    /// at a server (`},{` there) every [`PIECE`] bytes or so through the rest of the body.
+    /// at a server (after `},{` or `}, {`) every [`PIECE`] bytes or so through the rest of
+    /// the body.
     fn piece_starts(&self) -> Option<Vec<usize>> {
         if !self.big_enough_for_pieces() {
             return None;
@@ -295,8 +312,12 @@ impl<'a> Cursor<'a> {
         let mut starts: Vec<usize> = Vec::with_capacity(count);
         for k in 1..count {
             let nominal = (self.pos + k * (rest / count)).max(starts.last().map_or(0, |&s| s + 1));
-            let Some(found) = bytes.get(nominal..).and_then(|b| b.windows(3).position(|w| w == b"},{")) else { break };
-            starts.push(nominal + found + 2);
+            // Looked for within a piece of the mark only: a search to the end of a 50 MB
+            // body from each mark would cost more than the pieces save.
+            let near = bytes.get(nominal..bytes.len().min(nominal + PIECE)).unwrap_or_default();
+            if let Some(found) = object_after_comma(near) {
+                starts.push(nominal + found);
+            }
         }
         (!starts.is_empty()).then_some(starts)
     }
@@ -1328,10 +1349,12 @@ pub(crate) mod tests {
                 assert_eq!(pieces, alone, "server {spoilt} as {bad}");
             }
         }
-        // Elements written with spaces between them: no piece starts at one.
-        let spaced = format!("[{}]", servers.join(", "));
-        let (pieces, alone) = in_pieces_and_alone(&spaced);
-        assert_eq!(pieces, alone);
+        // Elements written with spaces or lines between them, as pretty-printed JSON is.
+        for between in [", ", ",\n  ", " ,"] {
+            let spaced = format!("[{}]", servers.join(between));
+            let (pieces, alone) = in_pieces_and_alone(&spaced);
+            assert_eq!(pieces, alone);
+        }
     }
 
     #[test]
