@@ -280,6 +280,20 @@ impl<T> Reply<T> {
         }
     }
 
+    /// Waits for a core, unless nobody waits for the answer any more (then false).
+    fn take_core(&mut self) -> bool {
+        let cores = self.cores.clone();
+        let tx = &mut self.tx;
+        self.core = tokio::runtime::Handle::current().block_on(async {
+            tokio::select! {
+                // The semaphore is never closed, so waiting only ends with a core.
+                core = cores.acquire_owned() => core.ok(),
+                () = tx.closed() => None,
+            }
+        });
+        self.core.is_some()
+    }
+
     /// Whether nobody waits for the answer any more (the request timed out).
     pub(super) fn abandoned(&self) -> bool {
         self.tx.is_closed()
@@ -399,10 +413,15 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
                     drop(permit);
                     return result;
                 }
-                // The semaphore is never closed, so waiting only ends with a core.
-                let core = cores.clone().acquire_owned().await.map_err(|e| ApiError::Internal(e.to_string()))?;
-                let reply = Reply { tx, core: Some(core), cores, permit, origin, marks: WorkMarks::default() };
-                tokio::task::spawn_blocking(move || work(engine, Received::Whole(bytes), reply))
+                // The core is waited for on the blocking thread itself: an allocation that
+                // ends hands its core straight to the next one's thread, with no turn of the
+                // runtime's thread in between (under load that turn left the cores idle).
+                let mut reply = Reply { tx, core: None, cores, permit, origin, marks: WorkMarks::default() };
+                tokio::task::spawn_blocking(move || {
+                    if reply.take_core() {
+                        work(engine, Received::Whole(bytes), reply)
+                    }
+                })
             }
         };
         match rx.await {
@@ -464,6 +483,36 @@ mod tests {
         assert_eq!(app.cpu_slots.available_permits(), cores);
         let response = result.map_or_else(IntoResponse::into_response, |()| StatusCode::OK.into_response());
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_request_given_up_while_waiting_for_a_core_never_runs() {
+        let env = [("DAPI_LIMITS__REQUEST_TIMEOUT_MS".to_string(), "200".to_string())];
+        let config = crate::config::ServiceConfig::load(None, env).expect("config");
+        let app = Arc::new(AppState::new(config, None).expect("state"));
+        let (permits, cores) = (app.permits.available_permits(), app.cpu_slots.available_permits());
+        let every_core = app.cpu_slots.clone().acquire_many_owned(cores as u32).await.expect("cores");
+        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran_in_work = ran.clone();
+        let (_, result) =
+            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, move |_, _, reply: Reply<()>| {
+                ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
+                reply.send(Ok(()));
+            })
+            .await;
+        assert!(matches!(result, Err(ApiError::Unavailable(_))), "{result:?}");
+        // Its thread stopped waiting when the request was given up, so the cores freed now
+        // go to nobody, and its permit is back.
+        drop(every_core);
+        for _ in 0..100 {
+            if app.permits.available_permits() == permits {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(app.permits.available_permits(), permits);
+        assert_eq!(app.cpu_slots.available_permits(), cores);
+        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "the work ran after its request was given up");
     }
 
     #[tokio::test]
