@@ -428,15 +428,18 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
     let app2 = app.clone();
     // A big body is read while it arrives, as `/allocate`'s is.
     let (seen, result) = run_limited(&app, &headers, body, true, move |engine, received, mut reply| {
+        let mut parsed = None;
         let mut result = || {
-            let request = match &received {
-                Received::Whole(body) => match body.ascii_text() {
-                    Some(text) => parse_capacity_text(text),
-                    None => parse_capacity_request(body),
-                },
-                Received::Arriving(body) => parse_arriving_capacity_body(body),
-            }
-            .map_err(AnswerError::from)?;
+            let request = parsed.insert(
+                match &received {
+                    Received::Whole(body) => match body.ascii_text() {
+                        Some(text) => parse_capacity_text(text),
+                        None => parse_capacity_request(body),
+                    },
+                    Received::Arriving(body) => parse_arriving_capacity_body(body),
+                }
+                .map_err(AnswerError::from)?,
+            );
             reply.read();
             reply.computing();
             if reply.abandoned() {
@@ -448,6 +451,8 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
         };
         let result = result();
         reply.send(result);
+        // Freed once the answer is on its way, as an allocation's request is.
+        drop(parsed);
     })
     .await;
     respond(seen, result.map(|(out, servers)| json_response(StatusCode::OK, out, Outcome::Capacity { servers })))
