@@ -273,10 +273,8 @@ impl<T> Reply<T> {
     /// Waits for a core unless the request holds one already (a body read while it
     /// arrived is parsed without one: that work mostly waits on the network).
     pub(super) fn computing(&mut self) {
-        // Nobody waits for the answer any more (the request timed out): no core for it.
-        if self.core.is_none() && !self.abandoned() {
-            let cores = self.cores.clone();
-            self.core = tokio::runtime::Handle::current().block_on(cores.acquire_owned()).ok();
+        if self.core.is_none() {
+            self.take_core();
         }
     }
 
@@ -286,9 +284,11 @@ impl<T> Reply<T> {
         let tx = &mut self.tx;
         self.core = tokio::runtime::Handle::current().block_on(async {
             tokio::select! {
+                biased;
+                // Nobody waits for the answer any more (the request timed out): no core for it.
+                () = tx.closed() => None,
                 // The semaphore is never closed, so waiting only ends with a core.
                 core = cores.acquire_owned() => core.ok(),
-                () = tx.closed() => None,
             }
         });
         self.core.is_some()
@@ -485,34 +485,43 @@ mod tests {
         assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
-    async fn a_request_given_up_while_waiting_for_a_core_never_runs() {
+    /// Runs one request while every core is taken, until it times out; whether its work
+    /// computed. Its thread must stop waiting for a core then, with the cores still taken.
+    async fn given_up_while_every_core_is_taken(body: Vec<u8>, arriving: bool) -> bool {
         let env = [("DAPI_LIMITS__REQUEST_TIMEOUT_MS".to_string(), "200".to_string())];
         let config = crate::config::ServiceConfig::load(None, env).expect("config");
         let app = Arc::new(AppState::new(config, None).expect("state"));
         let (permits, cores) = (app.permits.available_permits(), app.cpu_slots.available_permits());
         let every_core = app.cpu_slots.clone().acquire_many_owned(cores as u32).await.expect("cores");
-        let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ran_in_work = ran.clone();
-        let (_, result) =
-            run_limited(&app, &HeaderMap::new(), Body::from("{}"), false, move |_, _, reply: Reply<()>| {
-                ran_in_work.store(true, std::sync::atomic::Ordering::SeqCst);
-                reply.send(Ok(()));
-            })
-            .await;
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_LENGTH, body.len().into());
+        let computed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let computed_in_work = computed.clone();
+        let (_, result) = run_limited(&app, &headers, Body::from(body), arriving, move |_, _, mut reply: Reply<()>| {
+            reply.computing();
+            computed_in_work.store(!reply.abandoned(), std::sync::atomic::Ordering::SeqCst);
+            reply.send(Ok(()));
+        })
+        .await;
         assert!(matches!(result, Err(ApiError::Unavailable(_))), "{result:?}");
-        // Its thread stopped waiting when the request was given up, so the cores freed now
-        // go to nobody, and its permit is back.
-        drop(every_core);
-        for _ in 0..100 {
+        for _ in 0..200 {
             if app.permits.available_permits() == permits {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(app.permits.available_permits(), permits);
+        assert_eq!(app.permits.available_permits(), permits, "the request's thread still waits for a core");
+        drop(every_core);
         assert_eq!(app.cpu_slots.available_permits(), cores);
-        assert!(!ran.load(std::sync::atomic::Ordering::SeqCst), "the work ran after its request was given up");
+        computed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_request_given_up_while_waiting_for_a_core_lets_go() {
+        // A whole body waits for its core before its work starts; one read while it arrives
+        // (1 MiB and more) is parsed first, and waits for the core to compute.
+        assert!(!given_up_while_every_core_is_taken(b"{}".to_vec(), false).await);
+        assert!(!given_up_while_every_core_is_taken(vec![b' '; ARRIVING_FROM], true).await);
     }
 
     #[tokio::test]
