@@ -24,18 +24,26 @@ const PART_ROOM: usize = PART_BYTES + 64 * 1024;
 /// Parts written but not yet sent, at most.
 const PARTS_IN_FLIGHT: usize = 2;
 
+/// What travels from the writer to the connection: a part, and whether it is the last.
+type Part = std::io::Result<(Bytes, bool)>;
+
 /// The writing end, used from a blocking thread.
 pub struct PartSender {
-    tx: mpsc::Sender<std::io::Result<Bytes>>,
+    tx: mpsc::Sender<Part>,
     /// How long a part may wait for the client to read the ones before it.
     patience: Duration,
     /// False once the client has gone or stalled: the rest is written nowhere.
     open: bool,
 }
 
-/// The sending end: a response body of the parts, in order.
+/// The sending end: a response body of the parts, in order. It ends only after the part
+/// marked last; a writer gone before that (a client that stalled for the whole patience, a
+/// writer that failed) ends it broken, so that the connection is closed without the end of
+/// the chunked message and the client cannot take the parts for a whole answer.
 pub struct StreamedBody {
-    rx: mpsc::Receiver<std::io::Result<Bytes>>,
+    rx: mpsc::Receiver<Part>,
+    /// The last part has come.
+    whole: bool,
 }
 
 /// An empty buffer for writing a part in.
@@ -46,14 +54,15 @@ pub fn part_buffer() -> Vec<u8> {
 /// A connected pair.
 pub fn channel(patience: Duration) -> (PartSender, StreamedBody) {
     let (tx, rx) = mpsc::channel(PARTS_IN_FLIGHT);
-    (PartSender { tx, patience, open: true }, StreamedBody { rx })
+    (PartSender { tx, patience, open: true }, StreamedBody { rx, whole: false })
 }
 
 impl PartSender {
-    /// Sends what `out` holds once it reaches [`PART_BYTES`] (or always, with `last`).
+    /// Sends what `out` holds once it reaches [`PART_BYTES`] (or always, with `last`, even
+    /// nothing: the last part tells the connection that the answer is whole).
     /// Must be called from outside the async runtime (it blocks on a full channel).
     pub fn part_done(&mut self, out: &mut Vec<u8>, last: bool) {
-        if out.is_empty() || (!last && out.len() < PART_BYTES) {
+        if !last && out.len() < PART_BYTES {
             return;
         }
         let mut part = std::mem::replace(out, if last { Vec::new() } else { part_buffer() });
@@ -64,9 +73,9 @@ impl PartSender {
             return;
         }
         let handle = tokio::runtime::Handle::current();
-        let sent = handle.block_on(async { tokio::time::timeout(self.patience, self.tx.send(Ok(part))).await });
+        let sent = handle.block_on(async { tokio::time::timeout(self.patience, self.tx.send(Ok((part, last)))).await });
         // A client that hung up, or stopped reading for the whole patience, gets no more;
-        // dropping the sender then ends the body early and the connection is closed.
+        // dropping the sender then ends the body broken and the connection is closed.
         self.open = matches!(sent, Ok(Ok(())));
     }
 
@@ -89,7 +98,26 @@ impl HttpBody for StreamedBody {
     type Error = std::io::Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.rx.poll_recv(cx).map(|part| part.map(|bytes| bytes.map(Frame::data)))
+        loop {
+            return match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(Ok((part, last))) => {
+                    self.whole |= last;
+                    // An empty last part only marks the end (an empty chunk would end the
+                    // chunked message by itself).
+                    if part.is_empty() {
+                        continue;
+                    }
+                    Poll::Ready(Some(Ok(Frame::data(part))))
+                }
+                Some(Err(broken)) => Poll::Ready(Some(Err(broken))),
+                None if self.whole => Poll::Ready(None),
+                None => {
+                    // Once: hyper stops polling a body that failed.
+                    self.whole = true;
+                    Poll::Ready(Some(Err(std::io::Error::other("the answer was given up before its end"))))
+                }
+            };
+        }
     }
 }
 
@@ -116,6 +144,33 @@ mod tests {
         let text = String::from_utf8(received.to_vec()).unwrap_or_default();
         let numbers: Vec<u32> = text.split(',').filter_map(|s| s.trim().parse().ok()).collect();
         assert_eq!(numbers, (0..2000).collect::<Vec<_>>());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_empty_last_part_ends_the_answer_whole() {
+        let (mut tx, body) = channel(Duration::from_secs(5));
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut out = vec![b'x'; PART_BYTES];
+            tx.part_done(&mut out, false);
+            // Everything went with the part before: the last one is empty.
+            tx.part_done(&mut out, true);
+        });
+        let received = body.collect().await.map(|c| c.to_bytes());
+        assert!(writer.await.is_ok());
+        assert_eq!(received.ok().map(|b| b.len()), Some(PART_BYTES));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_gone_before_the_last_part_ends_the_answer_broken() {
+        let (mut tx, body) = channel(Duration::from_secs(5));
+        let writer = tokio::task::spawn_blocking(move || {
+            let mut out = vec![b'x'; PART_BYTES];
+            tx.part_done(&mut out, false);
+            // Dropped without the last part, as after a client stalled for the patience.
+        });
+        let received = body.collect().await;
+        assert!(writer.await.is_ok());
+        assert!(received.is_err(), "an unfinished answer must not end as a whole one");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
