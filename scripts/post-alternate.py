@@ -7,7 +7,10 @@ ticks), VmHWM, the peak above the idle RSS (× the body), and VmRSS 5 s after th
 The peak of anonymous memory (RssAnon, sampled every ~1 ms during the POSTs) is printed too:
 unlike VmHWM it leaves out the binary's own pages, which differ between builds by layout
 (POST_SAMPLE=0 leaves the sampling out: it takes some of the host's CPU while it runs). Where
-the service logs them, its phases are printed too: the body in, read, decided, answered.
+the service logs them, its phases are printed too: the body in, read, decided, answered; and the
+throughput as the service saw it (issue 15's "first byte received to the last byte answered":
+its log's `latency_ms`, from the request's head to the answer's last part handed on), which
+leaves out this client's own time to send its first byte and to take in the answer.
 """
 import http.client, json, os, socket, subprocess, sys, tempfile, threading, time, statistics as st
 body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
@@ -85,4 +88,7 @@ for b, p, proc in servers:
     keys = [k for k in ("body_ms", "read_ms", "decided_ms", "latency_ms") if lines and all(k in l for l in lines)]
     if keys:
         print(f"{b}: phases, median ms from the body's first read: " + ", ".join(f"{k[:-3]} {st.median(l[k] for l in lines):.1f}" for k in keys))
+    if "latency_ms" in keys:
+        served = st.median(l["latency_ms"] for l in lines)
+        print(f"{b}: as the service saw it (request head in to the answer's last part handed on): median {served:.1f} ms, {len(body)/served/1e6:.2f} GB/s")
 print(open("/proc/loadavg").read().strip())

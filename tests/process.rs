@@ -29,8 +29,13 @@ struct Server {
 
 impl Server {
     fn start(config: Option<&Path>) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    fn start_with(config: Option<&Path>, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(BIN);
         cmd.arg("serve").env("DAPI_LISTEN", "127.0.0.1:0").env("DAPI_LOG_LEVEL", "info").env_remove("DAPI_CONFIG");
+        cmd.envs(env.iter().copied());
         if let Some(c) = config {
             cmd.arg("--config").arg(c);
         }
@@ -139,6 +144,52 @@ fn every_request_is_one_bunyan_line() {
         .map(|key| line[key].as_f64().unwrap_or_else(|| panic!("{key} is a number in {line}")))
         .collect();
     assert!(phases.windows(2).all(|w| w[0] <= w[1]), "phases out of order: {phases:?} in {line}");
+}
+
+/// A big answer is sent in parts while it is written. Read whole, its request's line is
+/// written once the last part has gone, and times it; a client that stops reading for longer
+/// than the request timeout is given up on, and the connection closes without the chunked
+/// message's end, so the parts it did get can never pass for a whole answer.
+#[test]
+fn a_big_answer_given_up_on_never_looks_whole() {
+    let server = Server::start_with(None, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1000")]);
+    // 6,000 servers: an answer of about 10 MB, more than the two sockets' buffers hold.
+    let body = serde_json::to_vec(&common::example_datacenter(1500, 11)).expect("body");
+    let head = format!(
+        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let post = || {
+        let mut s = TcpStream::connect(server.addr).expect("connect");
+        s.write_all(head.as_bytes()).expect("head");
+        s.write_all(&body).expect("body");
+        s
+    };
+
+    let mut raw = Vec::new();
+    post().read_to_end(&mut raw).expect("answer");
+    let whole = raw.len();
+    let reply = common::parse_reply(&raw);
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("transfer-encoding"), Some("chunked"), "sent in parts");
+    assert!(reply.body.len() > 8 << 20, "a big answer: {} bytes", reply.body.len());
+    assert_eq!(reply.json()["server"]["uuid"].as_str().map(str::len), Some(36));
+    let line = server.log("request");
+    assert!(line.get("answer_cut").is_none(), "{line}");
+    let (decided, latency) = (line["decided_ms"].as_f64(), line["latency_ms"].as_f64());
+    assert!(decided.is_some_and(|d| latency.is_some_and(|l| d <= l)), "{line}");
+
+    // Nothing read until well after the timeout, then what is left.
+    let mut s = post();
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    assert!(raw.starts_with(b"HTTP/1.1 200 OK\r\n"), "the head went first");
+    assert!(raw.len() < whole, "given up on: {} of {whole} bytes", raw.len());
+    assert!(!raw.ends_with(b"\r\n0\r\n\r\n"), "the chunked message must not end");
+    let line = server.log("request");
+    assert_eq!(line["answer_cut"], true, "{line}");
+    assert_eq!(line["status"], 200);
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod inventory;
 pub mod logging;
 mod metrics;
 pub mod openapi;
+mod request_log;
 mod request_schema;
 mod stream;
 mod watch;
@@ -194,7 +195,8 @@ fn endpoint_label(path: &str) -> &'static str {
     }
 }
 
-/// Request id, timing, metrics and the one log line per request.
+/// Request id, timing, metrics and the one log line per request (`request_log`: written
+/// once the answer has been handed on whole).
 async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let id = request
@@ -217,39 +219,12 @@ async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: N
         response.headers_mut().insert(REQUEST_ID, value);
     }
     let status = response.status().as_u16();
-    let latency = started.elapsed();
-    app.metrics.record_request(endpoint_label(&path), status, latency);
-    let latency_ms = latency.as_secs_f64() * 1000.0;
-    let method = method.as_str();
-    // Bodies are never logged: their size and digest identify them.
-    let (body_bytes, body_digest, phases) = match response.extensions().get::<intake::BodySeen>() {
-        Some(seen) => (seen.bytes, seen.digest.as_str(), seen.phases),
-        None => (0, "", intake::Phases::default()),
-    };
-    let intake::Phases { body_ms, read_ms, decided_ms } = phases;
-    match response.extensions().get::<Outcome>() {
-        Some(Outcome::Allocated { servers, uuid }) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, server = %uuid, "request"
-        ),
-        Some(Outcome::NoServer { servers, reason }) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, reason = %reason, "request"
-        ),
-        Some(Outcome::Capacity { servers }) => {
-            tracing::info!(req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, servers, "request")
-        }
-        // Shedding load (503) is normal operation: a warning, not an error.
-        Some(Outcome::Failed(error)) if status == 503 => tracing::warn!(
-            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
-        ),
-        Some(Outcome::Failed(error)) if status >= 500 => tracing::error!(
-            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
-        ),
-        Some(Outcome::Failed(error)) => tracing::info!(
-            req_id = %id, method, path, status, latency_ms, body_ms, read_ms, decided_ms, body_bytes, body_digest, error = %error, "request"
-        ),
-        Some(Outcome::Ping) | None => tracing::debug!(req_id = %id, method, path, status, latency_ms, "request"),
-    }
-    response
+    let (mut parts, body) = response.into_parts();
+    // Only the line reads these.
+    let seen = parts.extensions.remove::<intake::BodySeen>();
+    let outcome = parts.extensions.remove::<Outcome>();
+    let line = request_log::RequestLine { app, id, method, path, status, started, seen, outcome };
+    Response::from_parts(parts, axum::body::Body::new(request_log::Logged::new(body, line)))
 }
 
 /// Checks `Authorization: Bearer <token>` when a token is configured.
