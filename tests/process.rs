@@ -152,7 +152,7 @@ fn every_request_is_one_bunyan_line() {
 /// message's end, so the parts it did get can never pass for a whole answer.
 #[test]
 fn a_big_answer_given_up_on_never_looks_whole() {
-    let server = Server::start_with(None, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1000")]);
+    let server = Server::start_with(None, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1000"), ("DAPI_LOG_LEVEL", "debug")]);
     // 6,000 servers: an answer of about 10 MB, more than the two sockets' buffers hold.
     let body = serde_json::to_vec(&common::example_datacenter(1500, 11)).expect("body");
     let head = format!(
@@ -190,6 +190,16 @@ fn a_big_answer_given_up_on_never_looks_whole() {
     let line = server.log("request");
     assert_eq!(line["answer_cut"], true, "{line}");
     assert_eq!(line["status"], 200);
+
+    // An answer to HEAD has no body to cut (its line is at debug level).
+    let mut s = TcpStream::connect(server.addr).expect("connect");
+    write!(s, "HEAD /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("head");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("answer");
+    assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
+    let line = server.log("request");
+    assert_eq!((&line["method"], &line["path"]), (&Value::from("HEAD"), &Value::from("/openapi.json")), "{line}");
+    assert!(line.get("answer_cut").is_none(), "{line}");
 }
 
 #[test]

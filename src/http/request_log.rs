@@ -119,8 +119,8 @@ impl HttpBody for Logged {
 
 impl Drop for Logged {
     fn drop(&mut self) {
-        // An empty answer (or one hyper need not send, as to HEAD) is whole unpolled; any
-        // other left here was cut short.
+        // An empty answer (axum empties the answer to HEAD too) is whole unpolled; any other
+        // left here was cut short.
         let cut = !self.body.is_end_stream();
         self.write_line(cut);
     }
