@@ -178,7 +178,8 @@ pub struct Limits {
     pub max_vms_per_server: usize,
     /// Allocations running at once; beyond it requests are refused with 503.
     pub max_concurrent_allocations: usize,
-    /// Longest an allocation may take before the request fails with 503.
+    /// Longest an allocation may take before the request fails with 503; and how long a
+    /// client may take none of a big answer before its connection is reset.
     pub request_timeout_ms: u64,
     /// A request's headers must arrive within this, counted from the connection's opening
     /// or, on a kept-alive connection, from the first byte of the next request; past it the

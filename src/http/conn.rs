@@ -10,6 +10,9 @@
 //!   and is closed after `limits.idle_timeout_ms` without a request. hyper's own header
 //!   timer is not used: it also runs while a kept-alive connection is idle, so the two
 //!   limits could not differ.
+//! * An answer given up on part-way (`ConnHandle::abort`: its client stalled past the
+//!   request timeout) resets its connection at once, rather than leaving hyper to wait for
+//!   the client to read what it already holds.
 //! * Each connection is served by hyper's HTTP/1 server directly (axum::serve exposes
 //!   none of this).
 
@@ -49,7 +52,16 @@ struct ConnState {
     idle_since: AtomicU64,
     /// When the first byte after that came, ms after `opened` plus 1 (0: none yet).
     head_since: AtomicU64,
-    /// Woken when the connection falls idle, and when the next request begins to arrive.
+    /// Set when an answer was given up on: the connection is reset at once.
+    aborted: std::sync::atomic::AtomicBool,
+    /// Bytes written to the socket so far.
+    written: AtomicU64,
+    /// The socket, while the connection is served (for how much of what was written the
+    /// client has yet to take).
+    socket: Option<std::os::fd::RawFd>,
+    served: std::sync::atomic::AtomicBool,
+    /// Woken when the connection falls idle, when the next request begins to arrive, and
+    /// when it is aborted.
     changed: Notify,
 }
 
@@ -110,6 +122,27 @@ pub struct ConnHandle {
 }
 
 impl ConnHandle {
+    /// Resets the connection: an answer was given up on part-way (its client stalled past the
+    /// request timeout). hyper would otherwise wait for the parts it already holds to be read,
+    /// holding the slot and the socket's buffered megabytes for as long as the client stays.
+    pub fn abort(&self) {
+        self.state.aborted.store(true, Ordering::Release);
+        self.state.changed.notify_one();
+    }
+
+    /// How many of the bytes written the client has taken (acknowledged): it grows while the
+    /// client reads, even when the socket's buffer is too full for more to be written.
+    pub fn taken(&self) -> Option<u64> {
+        let state = &self.state;
+        let socket = state.socket.filter(|_| state.served.load(Ordering::Acquire))?;
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int. The socket is open while `served` holds (a
+        // request ending just as it closes could ask a reused descriptor, which only gives
+        // a wrong count for one look).
+        let asked = unsafe { libc::ioctl(socket, libc::TIOCOUTQ, &mut unsent) };
+        (asked == 0).then(|| state.written.load(Ordering::Acquire).saturating_sub(unsent.max(0) as u64))
+    }
+
     pub fn busy(&self) -> Busy {
         self.state.busy.fetch_add(1, Ordering::AcqRel);
         Busy(self.state.clone())
@@ -139,9 +172,19 @@ impl AsyncRead for Watched {
     }
 }
 
+impl Watched {
+    fn count(&self, polled: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if let Poll::Ready(Ok(n)) = polled {
+            self.state.written.fetch_add(n as u64, Ordering::AcqRel);
+        }
+        polled
+    }
+}
+
 impl AsyncWrite for Watched {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.count(polled)
     }
 
     fn poll_write_vectored(
@@ -149,7 +192,8 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.count(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -377,12 +421,17 @@ async fn serve_connection(
         // not is closed soon, so that a flood of silent ones cannot keep health checks out.
         header = header.min(HEALTH_HEADER_TIMEOUT);
     }
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let state = Arc::new(ConnState {
         opened: Instant::now(),
         busy: AtomicUsize::new(0),
         requests: AtomicU64::new(0),
         idle_since: AtomicU64::new(0),
         head_since: AtomicU64::new(0),
+        aborted: Default::default(),
+        written: AtomicU64::new(0),
+        socket: Some(socket),
+        served: std::sync::atomic::AtomicBool::new(true),
         changed: Notify::new(),
     });
     let handle = ConnHandle { state: state.clone(), health_only };
@@ -411,6 +460,10 @@ async fn serve_connection(
         (next, _) => next,
     };
     loop {
+        if state.aborted.load(Ordering::Acquire) {
+            reset_on_close(socket);
+            break;
+        }
         let next = deadline(closing);
         let sleep = async {
             match next {
@@ -454,8 +507,27 @@ async fn serve_connection(
             }
         }
     }
+    // The socket closes when this returns: no more looks at it.
+    state.served.store(false, Ordering::Release);
     stats.open.fetch_sub(1, Ordering::Relaxed);
     drop(slot);
+}
+
+/// Makes closing `socket` reset the connection (RST), dropping what its buffer still holds:
+/// a client must not take a part of an answer for the whole, and the memory goes at once.
+fn reset_on_close(socket: std::os::fd::RawFd) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: `socket` is the connection's own, still open (the connection closes it when
+    // dropped, after this); setsockopt only reads the struct it is given.
+    unsafe {
+        libc::setsockopt(
+            socket,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
 }
 
 #[cfg(test)]
@@ -471,6 +543,10 @@ mod tests {
             requests: AtomicU64::new(0),
             idle_since: AtomicU64::new(0),
             head_since: AtomicU64::new(0),
+            aborted: Default::default(),
+            written: AtomicU64::new(0),
+            socket: None,
+            served: Default::default(),
             changed: Notify::new(),
         });
         // A new connection: its first head is timed from the opening, bytes or not.

@@ -7,9 +7,11 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{RawQuery, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Version};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 
+use super::conn::ConnHandle;
 use super::errors::ApiError;
 use super::intake::{run_limited, run_limited_or_inline, BodySeen, Inline, Received, Reply};
 use super::stream;
@@ -212,20 +214,29 @@ fn write_answer(
     answer::write_explained_allocation_on(raw_servers, servers, allocation, options, explain, out, part_done)
 }
 
-/// Writes the answer and replies with it: whole when small; when big, the reply (status,
-/// headers) goes first and the body follows in parts as it is written. With `digest`, the
-/// digest of the answer's body is returned (for a record).
+/// How a big answer may be sent in parts: how long a part may wait for the client, and the
+/// connection (reset when the client is given up on).
+pub(super) struct Streaming {
+    patience: Duration,
+    conn: Option<ConnHandle>,
+}
+
+/// Writes the answer and replies with it: whole when small (or when it may not be
+/// `streaming`); when big, the reply (status, headers) goes first and the body follows in
+/// parts as it is written. With `digest`, the digest of the answer's body is returned (for a
+/// record).
 pub(super) fn reply_allocation(
     request: &AllocateBody<'_>,
     allocation: &Allocation,
     format: StepsFormat,
     explain: Option<&ExplainOptions>,
-    patience: Duration,
+    streaming: Option<Streaming>,
     reply: Reply<(StatusCode, AnswerBody, Outcome)>,
     digest: bool,
 ) -> Option<String> {
     let (raw, servers) = (&request.raw_servers[..], &request.servers[..]);
-    if answer_size(servers, allocation, format, explain) < STREAM_FROM {
+    let streaming = streaming.filter(|_| answer_size(servers, allocation, format, explain) >= STREAM_FROM);
+    let Some(Streaming { patience, conn }) = streaming else {
         let answer = written_answer(raw, servers, allocation, format, explain);
         let digest = match (&answer, digest) {
             (Ok((_, AnswerBody::Whole(out), _)), true) => Some(crate::digest::digest(out)),
@@ -233,9 +244,9 @@ pub(super) fn reply_allocation(
         };
         reply.send(answer);
         return digest;
-    }
+    };
     let (status, outcome) = outcome_of(servers, allocation);
-    let (mut parts, body) = stream::channel(patience);
+    let (mut parts, body) = stream::channel(patience, conn);
     let _permit = reply.send_head(Ok((status, AnswerBody::Streamed(body), outcome)));
     let mut out = stream::part_buffer();
     let mut digested = digest.then(crate::digest::Digest::default);
@@ -343,6 +354,8 @@ pub(super) fn steps_format(query: Option<&str>) -> Result<Option<StepsFormat>, A
 pub async fn allocate(
     State(app): State<Arc<AppState>>,
     RawQuery(query): RawQuery,
+    version: Version,
+    conn: Option<Extension<ConnHandle>>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -355,7 +368,12 @@ pub async fn allocate(
         };
     let format = batch_format.unwrap_or(StepsFormat::Full);
     let app2 = app.clone();
-    let patience = Duration::from_millis(app.limits().request_timeout_ms);
+    // HTTP/1.0 has no chunked encoding: an answer cut short would end as a whole one does,
+    // by the connection closing. So a 1.0 client gets every answer whole.
+    let streaming = (version >= Version::HTTP_11).then(|| Streaming {
+        patience: Duration::from_millis(app.limits().request_timeout_ms),
+        conn: conn.map(|Extension(conn)| conn),
+    });
     // Recording and the shadow config, when on: they act after the answer has left.
     let watch = super::watch::Watch::of(&app, &headers, batch_format);
     let watch = watch.map(Arc::new);
@@ -378,7 +396,7 @@ pub async fn allocate(
             let answered = match allocate_body(&engine, &app2, &received, &mut reply, &mut explain, watched) {
                 Ok((request, Some(allocation))) => {
                     let digest =
-                        reply_allocation(&request, &allocation, format, explain.as_ref(), patience, reply, watched);
+                        reply_allocation(&request, &allocation, format, explain.as_ref(), streaming, reply, watched);
                     if let Some(w) = &watch {
                         w.shadow(&app2, &request, &allocation);
                     }

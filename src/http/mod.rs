@@ -212,10 +212,11 @@ async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: N
     }
     let method = request.method().clone();
     let path = request.uri().path().to_string();
+    let pending = request_log::Pending::new(app.clone(), id, method, path, started);
     let in_flight = app.metrics.request_started();
     let mut response = next.run(request).await;
     drop(in_flight);
-    if let Ok(value) = HeaderValue::from_str(&id) {
+    if let Ok(value) = HeaderValue::from_str(pending.id()) {
         response.headers_mut().insert(REQUEST_ID, value);
     }
     let status = response.status().as_u16();
@@ -223,7 +224,7 @@ async fn observe(State(app): State<Arc<AppState>>, mut request: Request, next: N
     // Only the line reads these.
     let seen = parts.extensions.remove::<intake::BodySeen>();
     let outcome = parts.extensions.remove::<Outcome>();
-    let line = request_log::RequestLine { app, id, method, path, status, started, seen, outcome };
+    let line = pending.answered(status, seen, outcome);
     Response::from_parts(parts, axum::body::Body::new(request_log::Logged::new(body, line)))
 }
 

@@ -74,6 +74,37 @@ impl RequestLine {
     }
 }
 
+/// A request not answered yet. Dropped so (hyper drops a request whose client closed its
+/// connection before the answer was ready), it is still logged, as 499.
+pub(super) struct Pending(Option<RequestLine>);
+
+impl Pending {
+    pub fn new(app: Arc<AppState>, id: String, method: Method, path: String, started: Instant) -> Pending {
+        let status = super::errors::CLIENT_CLOSED;
+        Pending(Some(RequestLine { app, id, method, path, status, started, seen: None, outcome: None }))
+    }
+
+    pub fn id(&self) -> &str {
+        self.0.as_ref().map_or("", |line| &line.id)
+    }
+
+    /// The line of the answer: its status, and what the handler noted of the request.
+    pub fn answered(mut self, status: u16, seen: Option<BodySeen>, outcome: Option<Outcome>) -> Option<RequestLine> {
+        let mut line = self.0.take()?;
+        (line.status, line.seen, line.outcome) = (status, seen, outcome);
+        Some(line)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(mut line) = self.0.take() {
+            line.outcome = Some(Outcome::Failed("the client closed the connection before the answer was ready".into()));
+            line.write(false);
+        }
+    }
+}
+
 /// An answer's body that writes its request's line once its last part has been handed on.
 pub(super) struct Logged {
     body: Body,
@@ -81,8 +112,8 @@ pub(super) struct Logged {
 }
 
 impl Logged {
-    pub fn new(body: Body, line: RequestLine) -> Logged {
-        Logged { body, line: Some(line) }
+    pub fn new(body: Body, line: Option<RequestLine>) -> Logged {
+        Logged { body, line }
     }
 
     fn write_line(&mut self, cut: bool) {

@@ -17,6 +17,8 @@ use axum::body::Bytes;
 use http_body::{Body as HttpBody, Frame};
 use tokio::sync::mpsc;
 
+use super::conn::ConnHandle;
+
 /// Parts are sent once they hold at least this much.
 pub const PART_BYTES: usize = 128 * 1024;
 /// A part's buffer: its size and what one more offer's worth of writing may add.
@@ -27,13 +29,20 @@ const PARTS_IN_FLIGHT: usize = 2;
 /// What travels from the writer to the connection: a part, and whether it is the last.
 type Part = std::io::Result<(Bytes, bool)>;
 
-/// The writing end, used from a blocking thread.
+/// The writing end, used from a blocking thread. Dropped before the last part (a client
+/// given up on, a writer that failed), it resets the connection: hyper would otherwise wait,
+/// for as long as the client stays, for the parts it already holds to be read before it
+/// saw the answer end broken.
 pub struct PartSender {
     tx: mpsc::Sender<Part>,
     /// How long a part may wait for the client to read the ones before it.
     patience: Duration,
     /// False once the client has gone or stalled: the rest is written nowhere.
     open: bool,
+    /// The last part was sent.
+    finished: bool,
+    /// The connection the answer goes out on.
+    conn: Option<ConnHandle>,
 }
 
 /// The sending end: a response body of the parts, in order. It ends only after the part
@@ -51,10 +60,10 @@ pub fn part_buffer() -> Vec<u8> {
     Vec::with_capacity(PART_ROOM)
 }
 
-/// A connected pair.
-pub fn channel(patience: Duration) -> (PartSender, StreamedBody) {
+/// A connected pair, for an answer going out on `conn`.
+pub fn channel(patience: Duration, conn: Option<ConnHandle>) -> (PartSender, StreamedBody) {
     let (tx, rx) = mpsc::channel(PARTS_IN_FLIGHT);
-    (PartSender { tx, patience, open: true }, StreamedBody { rx, whole: false })
+    (PartSender { tx, patience, open: true, finished: false, conn }, StreamedBody { rx, whole: false })
 }
 
 impl PartSender {
@@ -73,10 +82,42 @@ impl PartSender {
             return;
         }
         let handle = tokio::runtime::Handle::current();
-        let sent = handle.block_on(async { tokio::time::timeout(self.patience, self.tx.send(Ok((part, last)))).await });
         // A client that hung up, or stopped reading for the whole patience, gets no more;
-        // dropping the sender then ends the body broken and the connection is closed.
-        self.open = matches!(sent, Ok(Ok(())));
+        // dropping the sender then resets the connection.
+        let sent = match handle.block_on(self.room()) {
+            Some(room) => {
+                room.send(Ok((part, last)));
+                true
+            }
+            None => false,
+        };
+        self.open = sent;
+        self.finished = last && sent;
+    }
+
+    /// Room in the channel for a part, while the client reads: it is given up on only once
+    /// it has taken none of what was written for the whole patience. Waiting for the room
+    /// alone could give up on a client reading steadily: the kernel lets more be written
+    /// only once a good share of the socket's buffer (megabytes) has drained.
+    async fn room(&self) -> Option<mpsc::Permit<'_, Part>> {
+        match self.tx.try_reserve() {
+            Ok(room) => return Some(room),
+            Err(mpsc::error::TrySendError::Closed(())) => return None,
+            Err(mpsc::error::TrySendError::Full(())) => {}
+        }
+        let mut taken = self.conn.as_ref().and_then(ConnHandle::taken);
+        loop {
+            match tokio::time::timeout(self.patience, self.tx.reserve()).await {
+                Ok(room) => return room.ok(),
+                Err(_) => {
+                    let now = self.conn.as_ref().and_then(ConnHandle::taken);
+                    if now.is_none() || now <= taken {
+                        return None;
+                    }
+                    taken = now;
+                }
+            }
+        }
     }
 
     /// Ends the answer as broken: the connection is closed without finishing it, so the
@@ -90,6 +131,14 @@ impl PartSender {
     /// Whether every part so far reached the connection.
     pub fn delivered(&self) -> bool {
         self.open
+    }
+}
+
+impl Drop for PartSender {
+    fn drop(&mut self) {
+        if let (false, Some(conn)) = (self.finished, &self.conn) {
+            conn.abort();
+        }
     }
 }
 
@@ -128,7 +177,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn parts_arrive_whole_and_in_order() {
-        let (mut tx, body) = channel(Duration::from_secs(5));
+        let (mut tx, body) = channel(Duration::from_secs(5), None);
         let writer = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             for i in 0..2000u32 {
@@ -148,7 +197,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_empty_last_part_ends_the_answer_whole() {
-        let (mut tx, body) = channel(Duration::from_secs(5));
+        let (mut tx, body) = channel(Duration::from_secs(5), None);
         let writer = tokio::task::spawn_blocking(move || {
             let mut out = vec![b'x'; PART_BYTES];
             tx.part_done(&mut out, false);
@@ -162,7 +211,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_writer_gone_before_the_last_part_ends_the_answer_broken() {
-        let (mut tx, body) = channel(Duration::from_secs(5));
+        let (mut tx, body) = channel(Duration::from_secs(5), None);
         let writer = tokio::task::spawn_blocking(move || {
             let mut out = vec![b'x'; PART_BYTES];
             tx.part_done(&mut out, false);
@@ -175,7 +224,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_client_that_stops_reading_is_given_up_on() {
-        let (mut tx, body) = channel(Duration::from_millis(50));
+        let (mut tx, body) = channel(Duration::from_millis(50), None);
         let writer = tokio::task::spawn_blocking(move || {
             let mut out = Vec::new();
             for _ in 0..(PARTS_IN_FLIGHT + 3) {
