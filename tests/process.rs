@@ -54,6 +54,20 @@ impl Server {
         assert!(status.is_ok_and(|s| s.success()), "kill -{name}");
     }
 
+    /// Sends `POST /allocate` with `body` on a new connection (`Connection: close`) in
+    /// `version` ("1.1", "1.0"); the answer is left to the caller.
+    fn post(&self, body: &[u8], version: &str) -> TcpStream {
+        let mut s = TcpStream::connect(self.addr).expect("connect");
+        write!(
+            s,
+            "POST /allocate HTTP/{version}\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .expect("head");
+        s.write_all(body).expect("body");
+        s
+    }
+
     /// The next log line whose `msg` is `msg`.
     fn log(&self, msg: &str) -> Value {
         loop {
@@ -155,16 +169,7 @@ fn a_big_answer_given_up_on_never_looks_whole() {
     let server = Server::start_with(None, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "1000"), ("DAPI_LOG_LEVEL", "debug")]);
     // 6,000 servers: an answer of about 10 MB, more than the two sockets' buffers hold.
     let body = serde_json::to_vec(&common::example_datacenter(1500, 11)).expect("body");
-    let head = format!(
-        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    let post = || {
-        let mut s = TcpStream::connect(server.addr).expect("connect");
-        s.write_all(head.as_bytes()).expect("head");
-        s.write_all(&body).expect("body");
-        s
-    };
+    let post = || server.post(&body, "1.1");
 
     let mut raw = Vec::new();
     post().read_to_end(&mut raw).expect("answer");
@@ -196,11 +201,8 @@ fn a_big_answer_given_up_on_never_looks_whole() {
 
     // HTTP/1.0 has no chunked encoding, so a cut answer could not be told from a whole one:
     // it gets every answer whole, with its length.
-    let mut s = TcpStream::connect(server.addr).expect("connect");
-    s.write_all(head.replace("HTTP/1.1", "HTTP/1.0").as_bytes()).expect("head");
-    s.write_all(&body).expect("body");
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("answer");
+    server.post(&body, "1.0").read_to_end(&mut raw).expect("answer");
     let old = common::parse_reply(&raw);
     assert_eq!(old.status, 200);
     assert_eq!(old.header("transfer-encoding"), None);
@@ -236,14 +238,7 @@ fn a_big_answer_given_up_on_never_looks_whole() {
 fn a_steady_slow_reader_gets_the_whole_answer() {
     let server = Server::start_with(None, &[("DAPI_LIMITS__REQUEST_TIMEOUT_MS", "500")]);
     let body = serde_json::to_vec(&common::example_datacenter(1000, 11)).expect("body");
-    let mut s = TcpStream::connect(server.addr).expect("connect");
-    write!(
-        s,
-        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("head");
-    s.write_all(&body).expect("body");
+    let mut s = server.post(&body, "1.1");
     // About 1.5 MB/s, in reads of 16 KiB.
     let (mut raw, mut piece) = (Vec::new(), vec![0u8; 16 << 10]);
     let started = std::time::Instant::now();
@@ -328,16 +323,8 @@ fn overload_is_a_warning_and_a_hang_up_is_not_a_bad_request() {
     std::thread::sleep(Duration::from_millis(300));
 
     let body = serde_json::to_vec(&common::example_request()).expect("body");
-    let mut s = TcpStream::connect(server.addr).expect("connect");
-    write!(
-        s,
-        "POST /allocate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .expect("head");
-    s.write_all(&body).expect("body");
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw).expect("answer");
+    server.post(&body, "1.1").read_to_end(&mut raw).expect("answer");
     assert_eq!(common::parse_reply(&raw).status, 503);
     let line = server.log("request");
     assert_eq!((line["status"].as_u64(), line["level"].as_u64()), (Some(503), Some(40)), "{line}");

@@ -19,7 +19,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -53,13 +53,13 @@ struct ConnState {
     /// When the first byte after that came, ms after `opened` plus 1 (0: none yet).
     head_since: AtomicU64,
     /// Set when an answer was given up on: the connection is reset at once.
-    aborted: std::sync::atomic::AtomicBool,
+    aborted: AtomicBool,
     /// Bytes written to the socket so far.
     written: AtomicU64,
-    /// The socket, while the connection is served (for how much of what was written the
-    /// client has yet to take).
+    /// The socket (for how much of what was written the client has yet to take).
     socket: Option<std::os::fd::RawFd>,
-    served: std::sync::atomic::AtomicBool,
+    /// The connection is still served, its socket open.
+    served: AtomicBool,
     /// Woken when the connection falls idle, when the next request begins to arrive, and
     /// when it is aborted.
     changed: Notify,
@@ -431,7 +431,7 @@ async fn serve_connection(
         aborted: Default::default(),
         written: AtomicU64::new(0),
         socket: Some(socket),
-        served: std::sync::atomic::AtomicBool::new(true),
+        served: AtomicBool::new(true),
         changed: Notify::new(),
     });
     let handle = ConnHandle { state: state.clone(), health_only };
