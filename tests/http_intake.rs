@@ -345,6 +345,72 @@ async fn idle_kept_alive_connections_are_closed() {
     assert_eq!(metric_reaching(s.addr, "dapi_http_connections_closed_total{reason=\"idle\"}", 1.0).await, Some(1.0));
 }
 
+/// Answers on a connection that stays open say how long it may lie idle (`Keep-Alive:
+/// timeout=N`, whole seconds); answers on one that closes do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_answers_announce_the_idle_timeout() {
+    let s = start(&[("DAPI_LIMITS__IDLE_TIMEOUT_MS", "2500")]).await;
+    let addr = s.addr;
+    let hints = tokio::task::spawn_blocking(move || {
+        let hint = |head: &str| {
+            let mut stream = TcpStream::connect(addr).expect("connect");
+            write!(stream, "GET /ping {head}\r\n\r\n").expect("request");
+            let reply = read_answer(&mut stream).expect("answer");
+            assert_eq!(reply.status, 200, "{head}");
+            reply.header("keep-alive").map(str::to_string)
+        };
+        [
+            hint("HTTP/1.1\r\nHost: x"),
+            hint("HTTP/1.1\r\nHost: x\r\nConnection: close"),
+            hint("HTTP/1.0"),
+            hint("HTTP/1.0\r\nConnection: keep-alive"),
+        ]
+    });
+    let expected = [Some("timeout=2"), None, None, Some("timeout=2")].map(|h| h.map(str::to_string));
+    assert_eq!(hints.await.expect("client"), expected);
+}
+
+/// Node's agent reads the hint and retires a pooled connection a second before the service
+/// would close it; without it, an agent whose own timeout is as long as the service's sent
+/// its next request on a connection being closed at that moment (a reset). Here the agent's
+/// timeout is 10 s and the service's 2 s: the pooled socket is set to time out after 1 s, and
+/// a request 1.3 s later goes out on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_retires_a_pooled_connection_before_the_service_closes_it() {
+    // Node is not needed by the rest of the tests: where it is missing, say so.
+    if std::process::Command::new("node").arg("--version").output().is_err() {
+        eprintln!("node is not installed: Node's agent was not tried");
+        return;
+    }
+    let s = start(&[("DAPI_LIMITS__IDLE_TIMEOUT_MS", "2000")]).await;
+    let url = format!("http://{}/ping", s.addr);
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("node").args(["-e", NODE_AGENT, &url]).output().expect("node runs")
+    });
+    let out = out.await.expect("node");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen: serde_json::Value = serde_json::from_slice(&out.stdout).expect("node's JSON");
+    assert_eq!(seen, serde_json::json!({"hint": "timeout=2", "timeout": 1000, "reused": false}));
+}
+
+const NODE_AGENT: &str = r#"
+const http = require('http');
+const url = process.argv[process.argv.length - 1];
+const agent = new http.Agent({keepAlive: true, timeout: 10000});
+const get = (then) => {
+  const req = http.get(url, {agent}, (res) => res.resume().on('end', () => then(res, req)));
+  req.on('error', (e) => { console.error(e); process.exit(1); });
+};
+get((res) => setTimeout(() => {
+  const pooled = Object.values(agent.freeSockets).flat();
+  const timeout = pooled.length === 1 ? pooled[0].timeout : `${pooled.length} pooled`;
+  setTimeout(() => get((_, req) => {
+    console.log(JSON.stringify({hint: res.headers['keep-alive'], timeout, reused: req.reusedSocket}));
+    process.exit(0);
+  }), 1300);
+}, 50));
+"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_connection_cap_new_connections_wait_and_the_others_carry_on() {
     let s = start(&[("DAPI_LIMITS__MAX_CONNECTIONS", "4"), ("DAPI_LIMITS__HEALTH_CONNECTIONS", "0")]).await;

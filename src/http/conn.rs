@@ -400,6 +400,35 @@ pub(super) async fn serve(
     Ok(())
 }
 
+/// `Keep-Alive: timeout=N`: how long, in whole seconds, this connection may lie idle before it
+/// is closed. A pooling client that reads it retires the connection before then, so it never
+/// sends a request on a connection the service is closing at that moment (the request then
+/// fails with a reset). Node's agent (from v19) closes its pooled socket a second before the
+/// announced time; without the hint, an agent whose own timeout equals ours raced us.
+fn keep_alive_hint(idle: Duration) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!("timeout={}", idle.as_secs())).ok()
+}
+
+/// Whether the connection stays open after answering `request`: HTTP/1.1 unless it asks to
+/// close, HTTP/1.0 only when it asks to be kept alive (as hyper decides).
+fn stays_open<B>(request: &Request<B>) -> bool {
+    let connection = request.headers().get(axum::http::header::CONNECTION).and_then(|v| v.to_str().ok());
+    let says = |token: &str| connection.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)));
+    match request.version() {
+        axum::http::Version::HTTP_11 => !says("close"),
+        axum::http::Version::HTTP_10 => says("keep-alive") && !says("close"),
+        _ => false,
+    }
+}
+
+/// Whether an answer closes its connection (`Connection: close`).
+fn asks_close(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::CONNECTION)
+        .iter()
+        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))))
+}
+
 async fn serve_connection(
     stream: TcpStream,
     slot: Slot,
@@ -435,14 +464,19 @@ async fn serve_connection(
         changed: Notify::new(),
     });
     let handle = ConnHandle { state: state.clone(), health_only };
+    let hint = (!health_only).then(|| keep_alive_hint(idle)).flatten();
     let calls = hyper::service::service_fn(move |request: Request<Incoming>| {
         let busy = handle.busy();
         handle.state.requests.fetch_add(1, Ordering::AcqRel);
         let mut request = request.map(Body::new);
+        let hint = hint.clone().filter(|_| stays_open(&request));
         request.extensions_mut().insert(handle.clone());
         let answer = service.clone().oneshot(request);
         async move {
-            let response = answer.await?;
+            let mut response = answer.await?;
+            if let Some(hint) = hint.filter(|_| !asks_close(response.headers())) {
+                response.headers_mut().insert(axum::http::header::HeaderName::from_static("keep-alive"), hint);
+            }
             Ok::<_, Infallible>(response.map(|body| Body::new(Answer { body, _busy: busy })))
         }
     });
