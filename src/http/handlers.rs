@@ -262,10 +262,8 @@ pub(super) fn reply_allocation(
             if let Some(d) = digested.as_mut() {
                 d.update(&out);
             }
+            // A client gone before the end is told by the request's log line (`answer_cut`).
             parts.part_done(&mut out, true);
-            if !parts.delivered() {
-                tracing::warn!("the client hung up or stopped reading before the whole answer was sent");
-            }
         }
         Err(e) => {
             tracing::error!(error = %e, "could not finish a streamed answer");

@@ -128,7 +128,9 @@ impl PartSender {
             .block_on(async { tokio::time::timeout(self.patience, self.tx.send(Err(broken))).await });
     }
 
-    /// Whether every part so far reached the connection.
+    /// Whether every part so far reached the connection (the request's log line tells the
+    /// same through the answer's body, `answer_cut`).
+    #[cfg(test)]
     pub fn delivered(&self) -> bool {
         self.open
     }
