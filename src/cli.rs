@@ -26,7 +26,7 @@ Configuration (later layers win, key by key):
   1. built-in: CNAPI's production plugin chain and defaults
   2. --config FILE (or DAPI_CONFIG=FILE): a JSON object with any of allocationDescription
      (replaces the chain), defaults (merged), listen, log_level, limits, auth_token,
-     plugins_dir
+     plugins_dir, record, shadow_config, shadow_cpu_ms_per_s, inventory
   3. environment variables DAPI_<KEY>, with __ between nested keys
 
 Environment:
@@ -34,7 +34,8 @@ Environment:
   DAPI_LISTEN                      host:port to serve on [127.0.0.1:8080]; a host name
                                    (localhost:8080) or IPv6 in brackets ([::1]:8080)
   DAPI_LOG_LEVEL                   error, warn, info, debug or trace [info]
-  DAPI_AUTH_TOKEN                  bearer token /allocate, /capacity, /admin/reload require
+  DAPI_AUTH_TOKEN                  bearer token /allocate, /capacity, /admin/reload and
+                                   /inventory/* require
   DAPI_LIMITS__MAX_SERVERS         most servers in one request [20000]
   DAPI_LIMITS__MAX_VMS_PER_SERVER  most VMs on one server of a request [10000]
   DAPI_LIMITS__MAX_BODY_BYTES      largest request body (serve) [268435456]
@@ -51,6 +52,11 @@ Environment:
   DAPI_SHADOW_CONFIG               a second config file each allocation is also decided with,
                                    divergences logged and counted (serve);
                                    DAPI_SHADOW_CPU_MS_PER_S its CPU budget [250]
+  DAPI_INVENTORY__URL              PostgreSQL URL (postgresql://user@host/db): inventory mode,
+                                   the datacenter kept by dapi, /allocate needs only the VM
+                                   (serve); DAPI_INVENTORY__STALENESS_MS [3000],
+                                   DAPI_INVENTORY__CLAIM_TTL_S [600],
+                                   DAPI_INVENTORY__RECURRING_KINDS [4]
   DAPI_DEFAULTS__<NAME>            one allocator default, e.g. DAPI_DEFAULTS__FILTER_HEADNODE=false
                                    (read as a boolean or number when it looks like one)
   DAPI_DEFAULTS                    all allocator defaults, as a JSON object
@@ -58,8 +64,10 @@ Environment:
 
 Exit status:
   0  the answer was printed (for allocate: also when no server fits)
-  1  internal error (a bug of ours)
-  2  invalid request, config or command line (the message on stderr says what to fix)";
+  1  the decision failed: a bug of ours, or a custom plugin that threw or called back
+     with an error (the message names it)
+  2  invalid request, config or command line (the message on stderr says what to fix);
+     for replay also: no records in DIR, or some could not be replayed (report printed)";
 
 const ALLOCATE_HELP: &str = "\
 Runs the plugin chain on one request and prints the answer on one line, as
@@ -148,9 +156,10 @@ does not load is reported as serve would report it.";
 const SERVE_HELP: &str = "\
 Serves the HTTP API on the configured listen address (127.0.0.1:8080 unless set):
 POST /allocate, POST /capacity, GET /ping, GET /metrics, GET /openapi.json,
-POST /admin/reload. Logs are bunyan JSON lines on stdout. SIGHUP (or POST
-/admin/reload) re-reads the config file and environment; SIGTERM or SIGINT stop
-accepting and let the requests in flight finish.";
+POST /admin/reload; in inventory mode (inventory.url set) also /inventory/*, and
+POST /allocate decides on the servers kept in PostgreSQL. Logs are bunyan JSON lines on
+stdout. SIGHUP (or POST /admin/reload) re-reads the config file and environment; SIGTERM
+or SIGINT stop accepting and let the requests in flight finish.";
 
 /// Chooses the compute node for a new VM (a Rust revival of Triton's DAPI allocator).
 #[derive(Debug, Parser)]
@@ -237,13 +246,13 @@ enum Command {
         #[command(flatten)]
         config: ConfigArg,
         /// The VM's RAM, MiB
-        #[arg(long, value_name = "MiB")]
+        #[arg(long, value_name = "MiB", allow_negative_numbers = true)]
         ram: f64,
         /// The VM's disk (quota), GiB
-        #[arg(long, value_name = "GiB")]
+        #[arg(long, value_name = "GiB", allow_negative_numbers = true)]
         disk: f64,
         /// The VM's CPU cap, percent of one core (0: uncapped)
-        #[arg(long, value_name = "CAP")]
+        #[arg(long, value_name = "CAP", allow_negative_numbers = true)]
         cpu: f64,
         /// Print the JSON answer rather than the table
         #[arg(long)]
@@ -556,8 +565,21 @@ fn run(command: Command) -> Result<(), CliError> {
             match json {
                 true => print(
                     serde_json::to_vec(&report).map_err(|e| CliError::Answer(AnswerError::Internal(e.to_string())))?,
-                ),
-                false => print(crate::replay::text(&report, &dir).into_bytes()),
+                )?,
+                false => print(crate::replay::text(&report, &dir).into_bytes())?,
+            }
+            // A script checking a new config must not take a wrong directory or broken records
+            // for "nothing changes".
+            let unreplayed = match (report.replayed, report.failed) {
+                (0, 0) => Some("it holds no recorded requests (the service writes them where record.dir says)".into()),
+                (_, 0) => None,
+                (_, failed) => Some(format!("{failed} of its records could not be replayed (listed in the report)")),
+            };
+            match unreplayed {
+                Some(why) => {
+                    Err(CliError::Read { input: dir, error: std::io::Error::new(std::io::ErrorKind::InvalidData, why) })
+                }
+                None => Ok(()),
             }
         }
         Command::Openapi => print(crate::http::openapi::document().into_bytes()),

@@ -400,9 +400,10 @@ struct Setting {
 
 impl ServiceConfig {
     /// The settings a reload leaves as they were (the process took them at start-up) that
-    /// differ between `self` and the `running` config, named as a config file spells them.
-    pub fn start_up_only_changes(&self, running: &ServiceConfig) -> Vec<&'static str> {
-        let (new, old) = (self, running);
+    /// differ between `self` and the config the process `started` with, named as a config
+    /// file spells them.
+    pub fn start_up_only_changes(&self, started: &ServiceConfig) -> Vec<&'static str> {
+        let (new, old) = (self, started);
         let dir = |c: &ServiceConfig| c.record.dir.as_ref().map(|d| d.0.clone());
         [
             ("listen", new.listen != old.listen),
@@ -410,6 +411,10 @@ impl ServiceConfig {
             ("limits.max_connections", new.limits.max_connections != old.limits.max_connections),
             ("limits.health_connections", new.limits.health_connections != old.limits.health_connections),
             ("limits.worker_threads", new.limits.worker_threads != old.limits.worker_threads),
+            (
+                "limits.max_concurrent_allocations",
+                new.limits.max_concurrent_allocations != old.limits.max_concurrent_allocations,
+            ),
             ("record.dir", dir(new) != dir(old)),
             ("record.max_count", new.record.max_count != old.record.max_count),
             ("record.max_bytes", new.record.max_bytes != old.record.max_bytes),

@@ -131,6 +131,12 @@ fn a_bad_figure_or_servers_file_exits_2_naming_it() {
     let out = run(&dir, &["--ram", "1024", "--disk=-1", "--cpu", "800"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("disk"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A negative figure written apart from its flag reaches dapi's own check too (not the
+    // argument parser's "unexpected argument").
+    let out = run(&dir, &["--ram", "-5", "--disk", "100", "--cpu", "800"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("ram: must be a number of MiB above 0"), "{stderr}");
     std::fs::write(dir.join("servers.json"), "{\"servers\": 5}").expect("written");
     let out = run(&dir, &ASK);
     assert_eq!(out.status.code(), Some(2));

@@ -45,6 +45,17 @@ fn tmp_file(name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// The README's simulate example runs on the package mix in examples/.
+#[test]
+fn the_readme_simulate_example_runs_on_the_example_mix() {
+    let mix = example("mix.json");
+    let (code, out, err) = run(dapi().args(["simulate", "--racks", "2", "--servers-per-rack", "4"]).arg(&mix));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("workload: mix (2000 VMs"), "{out}");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).expect("README");
+    assert!(readme.contains("--disk 3T examples/mix.json"), "the README names the file");
+}
+
 #[test]
 fn help_lists_the_commands_config_layers_environment_and_exit_codes() {
     let (code, out, _) = run(dapi().arg("--help"));

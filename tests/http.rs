@@ -310,6 +310,16 @@ async fn reload_swaps_in_a_valid_config_and_keeps_the_old_one_otherwise() {
     assert_eq!(answer.status, 200);
     assert_eq!(answer.json()["restart_needed"], serde_json::json!(["listen", "limits.worker_threads"]));
     assert_eq!(s.app.limits().max_body_bytes, 2_000_000, "a limit read per request applies at once");
+    // Still differing from what the process runs with: named again by the next reload.
+    let (_, again) = s.app.reload().expect("the same file again");
+    assert_eq!(again, ["listen", "limits.worker_threads"]);
+    std::fs::write(
+        &path,
+        r#"{"allocationDescription": ["pipe", "hard-filter-setup"], "limits": {"max_concurrent_allocations": 3}}"#,
+    )
+    .expect("write");
+    let (_, permits) = s.app.reload().expect("valid");
+    assert_eq!(permits, ["limits.max_concurrent_allocations"], "the permits are counted at start-up");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

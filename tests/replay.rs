@@ -243,6 +243,28 @@ async fn batches_are_shadowed_vm_by_vm() {
     assert!(vms >= divergences, "{vms} VMs in {divergences} batches");
 }
 
+/// A script checking a new config cannot take a wrong directory, or records it could not
+/// replay, for "nothing changes": both exit 2, saying why (the report is still printed).
+#[test]
+fn replaying_nothing_or_a_broken_record_exits_2() {
+    let dir = tmp("nothing");
+    let out = dapi().arg("replay").arg(&dir).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds no recorded requests"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Replayed 0 recorded requests"));
+
+    // A request body where a record should be: reported, and the exit says so.
+    std::fs::write(dir.join("000000000001.json"), example_request().to_string()).expect("write");
+    let out = dapi().arg("replay").arg(&dir).arg("--json").output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("1 of its records could not be replayed"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report, as JSON");
+    assert_eq!((report["replayed"].as_u64(), report["failed"].as_u64()), (Some(0), Some(1)), "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_bad_shadow_config_or_record_dir_stops_start_up_naming_it() {
     let dir = tmp("bad");

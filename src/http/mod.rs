@@ -66,6 +66,9 @@ pub struct AppState {
     loaded: RwLock<Loaded>,
     /// The `--config` file, re-read on reload.
     config_file: Option<PathBuf>,
+    /// The config the process started with: what the settings read at start-up only
+    /// still hold, whatever reloads came since.
+    at_start: Arc<ServiceConfig>,
     permits: Arc<Semaphore>,
     max_permits: usize,
     /// One per core: allocations whose bodies are read wait here for a core, in arrival
@@ -93,9 +96,11 @@ impl AppState {
         let max_permits = config.limits.max_concurrent_allocations;
         let permits = Arc::new(Semaphore::new(max_permits));
         let metrics = Metrics::new(std::time::Duration::from_millis(config.limits.request_timeout_ms), max_permits);
+        let config = Arc::new(config);
         Ok(AppState {
-            loaded: RwLock::new(Loaded { engine, config: Arc::new(config), custom, shadow }),
+            loaded: RwLock::new(Loaded { engine, config: config.clone(), custom, shadow }),
             config_file,
+            at_start: config,
             permits,
             cpu_slots: Arc::new(Semaphore::new(crate::cores().unwrap_or(2))),
             max_permits,
@@ -168,7 +173,9 @@ impl AppState {
                 tracing::warn!(error = %e, "the reloaded config could not be saved in record.dir");
             }
         }
-        let restart_needed = config.start_up_only_changes(&self.read().config);
+        // Against the start-up values, which such settings keep: a second reload of the same
+        // file still names them.
+        let restart_needed = config.start_up_only_changes(&self.at_start);
         if !restart_needed.is_empty() {
             let settings = restart_needed.join(", ");
             tracing::warn!(settings = %settings, "read at start-up only: restart for the new values to apply");
