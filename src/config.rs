@@ -656,7 +656,13 @@ fn json_settings(source: &Source, value: Value) -> Result<Vec<Setting>, ConfigEr
         match key.as_str() {
             "allocationDescription" | "allocationdescription" => sets.push(Set::Chain(value)),
             "defaults" => match value {
-                Value::Object(defaults) => sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v))),
+                Value::Object(defaults) => {
+                    if let Some(key) = defaults.keys().find(|k| !is_default(k)) {
+                        let known: Vec<String> = default_keys().map(|d| format!("defaults.{d}")).collect();
+                        return Err(unknown(source, &format!("defaults.{key}"), &known));
+                    }
+                    sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v)))
+                }
                 other => return Err(invalid("defaults", format!("must be an object, not {}", shown(&other)))),
             },
             "listen" => sets.push(Set::Listen(text(&value).and_then(check_listen).map_err(|m| invalid("listen", m))?)),
@@ -766,12 +772,25 @@ fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<S
             }
             ["defaults"] => match serde_json::from_str(&raw) {
                 Ok(Value::Object(defaults)) => {
+                    if let Some(key) = defaults.keys().find(|k| !is_default(k)) {
+                        let known: Vec<String> = default_keys().map(str::to_string).collect();
+                        let hint = closest(key, &known).map_or_else(
+                            || format!("the keys are {}", known.join(", ")),
+                            |k| format!("did you mean {k:?}?"),
+                        );
+                        return Err(invalid("defaults", format!("unknown key {key:?}; {hint}")));
+                    }
                     sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v)));
                 }
                 Ok(other) => return Err(invalid("defaults", format!("must be a JSON object, not {}", shown(&other)))),
                 Err(e) => return Err(invalid("defaults", format!("not JSON: {e}"))),
             },
             ["defaults", rest @ ..] if rest.iter().all(|k| !k.is_empty()) => {
+                if !is_default(rest[0]) {
+                    let known: Vec<String> =
+                        default_keys().map(|d| format!("DAPI_DEFAULTS__{}", d.to_ascii_uppercase())).collect();
+                    return Err(unknown(&source, &name, &known));
+                }
                 sets.push(Set::Default(rest.iter().map(|k| k.to_string()).collect(), env_scalar(&raw)));
             }
             ["listen"] => sets.push(Set::Listen(check_listen(&raw).map_err(|m| invalid("listen", m))?)),
@@ -865,10 +884,17 @@ fn unknown(source: &Source, typed: &str, known: &[String]) -> ConfigError {
     ConfigError::UnknownKey { source: source.clone(), key: typed.to_string(), hint }
 }
 
-/// The known key closest to `typed` (ignoring case), when it is close enough to be the
-/// one meant: at most a third of its letters differ. For variables, a default named with
-/// one `_` where `__` was meant (`DAPI_DEFAULTS_FILTER_HEADNODE`), or as `DEFAULT`, is
-/// recognised too.
+/// The allocator defaults a config may set (`filter_headnode`, `weight_unreserved_ram`...).
+fn default_keys() -> impl Iterator<Item = &'static str> {
+    crate::engine::Defaults::keys().iter().copied()
+}
+
+fn is_default(key: &str) -> bool {
+    default_keys().any(|k| k == key)
+}
+
+/// [`closest`], and for variables a default named with one `_` where `__` was meant
+/// (`DAPI_DEFAULTS_FILTER_HEADNODE`), or as `DEFAULT`.
 fn suggest(typed: &str, known: &[String]) -> Option<String> {
     let upper = typed.to_ascii_uppercase();
     for prefix in ["DAPI_DEFAULTS_", "DAPI_DEFAULT__", "DAPI_DEFAULT_"] {
@@ -876,6 +902,12 @@ fn suggest(typed: &str, known: &[String]) -> Option<String> {
             return Some(format!("DAPI_DEFAULTS__{rest}"));
         }
     }
+    closest(typed, known)
+}
+
+/// The known key closest to `typed` (ignoring case), when it is close enough to be the
+/// one meant: at most a third of its letters differ.
+fn closest(typed: &str, known: &[String]) -> Option<String> {
     let typed_lower = typed.to_lowercase();
     let (best, distance) =
         known.iter().map(|k| (k, edit_distance(&typed_lower, &k.to_lowercase()))).min_by_key(|(_, d)| *d)?;
@@ -1211,6 +1243,25 @@ mod tests {
         assert!(err.ends_with("did you mean DAPI_DEFAULTS__FILTER_HEADNODE?"), "{err}");
         let err = load_env(&[("DAPI_COLOUR", "blue")]).expect_err("unknown");
         assert!(err.contains("the settings are DAPI_ALLOCATIONDESCRIPTION, DAPI_DEFAULTS, "), "{err}");
+
+        // A default's key, wherever it is set, as for the service's own keys.
+        let file = TmpFile::new("typo-default", r#"{"defaults": {"filter_headnod": true}}"#);
+        let err = file.load().expect_err("typo");
+        assert!(
+            err.ends_with(r#"unknown key "defaults.filter_headnod"; did you mean "defaults.filter_headnode"?"#),
+            "{err}"
+        );
+        let err = load_env(&[("DAPI_DEFAULTS__FILTER_HEADNOD", "false")]).expect_err("typo");
+        assert_eq!(err, "DAPI_DEFAULTS__FILTER_HEADNOD: no such setting; did you mean DAPI_DEFAULTS__FILTER_HEADNODE?");
+        let err = load_env(&[("DAPI_DEFAULTS", r#"{"weight_unreserved_rm": 1}"#)]).expect_err("typo");
+        assert_eq!(err, r#"DAPI_DEFAULTS: unknown key "weight_unreserved_rm"; did you mean "weight_unreserved_ram"?"#);
+        let err = load_env(&[("DAPI_DEFAULTS", r#"{"colour": "blue"}"#)]).expect_err("unknown");
+        assert!(err.contains(r#"unknown key "colour"; the keys are disable_override_overprovisioning, "#), "{err}");
+        // Every key the defaults take is taken.
+        let all: Map<String, Value> =
+            crate::engine::Defaults::keys().iter().map(|k| (k.to_string(), Value::Null)).collect();
+        let file = TmpFile::new("every-default", &serde_json::json!({"defaults": all}).to_string());
+        file.load().expect("every default's key is known");
     }
 
     #[test]

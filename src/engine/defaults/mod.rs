@@ -54,6 +54,33 @@ pub struct Defaults {
     pub json: serde_json::Value,
 }
 
+/// A reader that reads nothing: asked for a struct, it notes the struct's field names
+/// (which a derived reader hands over) and gives up.
+struct FieldNames(&'static [&'static str]);
+
+impl<'de> serde::Deserializer<'de> for &mut FieldNames {
+    type Error = serde::de::value::Error;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(serde::de::Error::custom("only a struct's field names are read"))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        self.0 = fields;
+        self.deserialize_any(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+        unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+    }
+}
+
 /// CNAPI's hard-coded defaults, applied to keys the config leaves out.
 fn cnapi_defaults() -> serde_json::Value {
     serde_json::json!({
@@ -76,6 +103,17 @@ fn cnapi_defaults() -> serde_json::Value {
 }
 
 impl Defaults {
+    /// Every key a config's `defaults` may hold, as the struct's reader knows them (so a
+    /// config can name the one a typo meant).
+    pub fn keys() -> &'static [&'static str] {
+        static KEYS: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
+        KEYS.get_or_init(|| {
+            let mut asked = FieldNames(&[]);
+            let _ = Defaults::deserialize(&mut asked);
+            asked.0
+        })
+    }
+
     /// Builds the defaults from the config's `defaults` object: read as CNAPI read its
     /// metadata ([`as_cnapi_read`]), CNAPI's values fill the gaps, then `validateDefaults`,
     /// dapi's own checks and the owner-filter compiler check the result.
@@ -199,6 +237,20 @@ fn take_seed(defaults: &mut serde_json::Value) -> Result<Option<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_keys_are_the_ones_the_reader_takes() {
+        let keys = Defaults::keys();
+        assert!(keys.contains(&"filter_headnode") && keys.contains(&"weight_unreserved_ram") && keys.contains(&"seed"));
+        assert!(!keys.contains(&"owner_filters") && !keys.contains(&"json"), "not read from a config");
+        for key in keys {
+            let value = if *key == "seed" { serde_json::json!(1) } else { serde_json::Value::Null };
+            let mut one = serde_json::Map::new();
+            one.insert(key.to_string(), value);
+            let read = serde_json::from_value::<Defaults>(serde_json::Value::Object(one)).map(|_| ());
+            assert!(read.as_ref().err().is_none_or(|e| !e.to_string().contains("unknown field")), "{key}: {read:?}");
+        }
+    }
 
     #[test]
     fn gaps_take_cnapi_values_and_null_stays_null() {
