@@ -793,11 +793,12 @@ fn server_block(out: &mut String, s: &ServerExplain, paint: &dyn Fn(&str, &str) 
             let rank = s.rank.map_or(String::new(), |r| format!("#{r} "));
             let _ =
                 write!(out, "  {rank}{}  {}", s.server, paint(if outcome == "chosen" { "32" } else { "0" }, outcome));
+            // As the heading and the table round them (the JSON keeps every digit).
             if let Some(score) = s.score {
-                let _ = write!(out, ", score {}", fmt_num(score));
+                let _ = write!(out, ", score {}", short(score));
             }
             if let Some(m) = s.margin {
-                let _ = write!(out, ", margin {}", fmt_num(m));
+                let _ = write!(out, ", margin {}", short(m));
             }
             out.push('\n');
             if !s.scores.is_empty() {

@@ -333,3 +333,25 @@ fn the_explain_report_matches_its_golden_file() {
     assert!(!got.contains('\x1b'), "colour on a pipe");
     assert_eq!(got, want, "the report changed; DAPI_BLESS=1 rewrites the golden file when that is intended");
 }
+
+/// Every figure of the report for people is rounded as its heading rounds it (four decimals
+/// at most); the scores of `examples/allocate.json` are thirds.
+#[test]
+fn the_report_for_people_rounds_every_score() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        .args(["explain", "examples/allocate.json"])
+        .current_dir(root)
+        .env_remove("DAPI_CONFIG")
+        .env_remove("DAPI_BLESS")
+        .output()
+        .expect("dapi runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    let candidates: Vec<&str> = text.lines().filter(|l| l.contains(", score ")).collect();
+    assert!(candidates.len() >= 2, "{text}");
+    let long_fraction = |word: &str| word.split_once('.').is_some_and(|(_, f)| f.trim_end_matches(',').len() > 4);
+    for line in candidates {
+        assert!(!line.split_whitespace().any(long_fraction), "{line}");
+    }
+}

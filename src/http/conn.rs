@@ -9,7 +9,8 @@
 //!   its opening, or on a kept-alive connection from the first byte of the next request),
 //!   and is closed after `limits.idle_timeout_ms` without a request. hyper's own header
 //!   timer is not used: it also runs while a kept-alive connection is idle, so the two
-//!   limits could not differ.
+//!   limits could not differ. Answers on a connection kept alive say so (`Keep-Alive:
+//!   timeout=N`), so that pooling clients retire it before it is closed under them.
 //! * An answer given up on part-way (`ConnHandle::abort`: its client stalled past the
 //!   request timeout) resets its connection at once, rather than leaving hyper to wait for
 //!   the client to read what it already holds.
