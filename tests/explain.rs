@@ -307,29 +307,40 @@ async fn over_http_explain_is_added_to_200_and_409_and_why_not_restricts() {
     assert!(String::from_utf8_lossy(&r.body).contains("explain"));
 }
 
-/// `dapi explain`'s report on `examples/allocate-filtered.json` (not a terminal: no colour),
-/// against `tests/golden/explain-filtered.txt`. `DAPI_BLESS=1` rewrites the golden file.
-#[test]
-fn the_explain_report_matches_its_golden_file() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// `dapi explain ARGS...`'s report (run from the crate's root, not on a terminal: no
+/// colour), as text.
+fn explain_report(args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
-        .args(["explain", "examples/allocate-filtered.json"])
-        .args(["--server", "5428b803-d510-42f6-a4b8-41e60dbe6bc1"])
-        .args(["--server", "c95613ef-1071-46da-8467-3e230ee06e0b"])
-        .args(["--server", "00000000-0000-0000-0000-000000000000"])
-        .current_dir(root)
+        .arg("explain")
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env_remove("DAPI_CONFIG")
-        // The test's own switch, which dapi would refuse as a setting it does not know.
+        // The golden test's own switch, which dapi would refuse as a setting it does not know.
         .env_remove("DAPI_BLESS")
         .output()
         .expect("dapi runs");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let golden = root.join("tests/golden/explain-filtered.txt");
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+/// `dapi explain`'s report on `examples/allocate-filtered.json` against
+/// `tests/golden/explain-filtered.txt`. `DAPI_BLESS=1` rewrites the golden file.
+#[test]
+fn the_explain_report_matches_its_golden_file() {
+    let got = explain_report(&[
+        "examples/allocate-filtered.json",
+        "--server",
+        "5428b803-d510-42f6-a4b8-41e60dbe6bc1",
+        "--server",
+        "c95613ef-1071-46da-8467-3e230ee06e0b",
+        "--server",
+        "00000000-0000-0000-0000-000000000000",
+    ]);
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/explain-filtered.txt");
     if std::env::var_os("DAPI_BLESS").is_some() {
-        std::fs::write(&golden, &out.stdout).expect("golden file written");
+        std::fs::write(&golden, &got).expect("golden file written");
     }
     let want = std::fs::read_to_string(&golden).expect("tests/golden/explain-filtered.txt");
-    let got = String::from_utf8(out.stdout).expect("UTF-8");
     assert!(!got.contains('\x1b'), "colour on a pipe");
     assert_eq!(got, want, "the report changed; DAPI_BLESS=1 rewrites the golden file when that is intended");
 }
@@ -338,16 +349,7 @@ fn the_explain_report_matches_its_golden_file() {
 /// at most); the scores of `examples/allocate.json` are thirds.
 #[test]
 fn the_report_for_people_rounds_every_score() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
-        .args(["explain", "examples/allocate.json"])
-        .current_dir(root)
-        .env_remove("DAPI_CONFIG")
-        .env_remove("DAPI_BLESS")
-        .output()
-        .expect("dapi runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).expect("UTF-8");
+    let text = explain_report(&["examples/allocate.json"]);
     let candidates: Vec<&str> = text.lines().filter(|l| l.contains(", score ")).collect();
     assert!(candidates.len() >= 2, "{text}");
     let long_fraction = |word: &str| word.split_once('.').is_some_and(|(_, f)| f.trim_end_matches(',').len() > 4);
