@@ -774,10 +774,7 @@ fn env_settings(env: impl IntoIterator<Item = (String, String)>) -> Result<Vec<S
                 Ok(Value::Object(defaults)) => {
                     if let Some(key) = defaults.keys().find(|k| !is_default(k)) {
                         let known: Vec<String> = default_keys().map(str::to_string).collect();
-                        let hint = closest(key, &known).map_or_else(
-                            || format!("the keys are {}", known.join(", ")),
-                            |k| format!("did you mean {k:?}?"),
-                        );
+                        let hint = key_hint(closest(key, &known), &known);
                         return Err(invalid("defaults", format!("unknown key {key:?}; {hint}")));
                     }
                     sets.extend(defaults.into_iter().map(|(k, v)| Set::Default(vec![k], v)));
@@ -877,11 +874,18 @@ fn env_scalar(raw: &str) -> Value {
 fn unknown(source: &Source, typed: &str, known: &[String]) -> ConfigError {
     let hint = match suggest(typed, known) {
         Some(s) if matches!(source, Source::Env(_)) => format!("did you mean {s}?"),
-        Some(s) => format!("did you mean {s:?}?"),
         None if matches!(source, Source::Env(_)) => format!("the settings are {}", known.join(", ")),
-        None => format!("the keys are {}", known.join(", ")),
+        suggested => key_hint(suggested, known),
     };
     ConfigError::UnknownKey { source: source.clone(), key: typed.to_string(), hint }
+}
+
+/// What to say of an unknown key of JSON: the `suggested` one, or every `known` one.
+fn key_hint(suggested: Option<String>, known: &[String]) -> String {
+    match suggested {
+        Some(s) => format!("did you mean {s:?}?"),
+        None => format!("the keys are {}", known.join(", ")),
+    }
 }
 
 /// The allocator defaults a config may set (`filter_headnode`, `weight_unreserved_ram`...).

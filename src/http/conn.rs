@@ -413,8 +413,7 @@ fn keep_alive_hint(idle: Duration) -> Option<HeaderValue> {
 /// Whether the connection stays open after answering `request`: HTTP/1.1 unless it asks to
 /// close, HTTP/1.0 only when it asks to be kept alive (as hyper decides).
 fn stays_open<B>(request: &Request<B>) -> bool {
-    let connection = request.headers().get(axum::http::header::CONNECTION).and_then(|v| v.to_str().ok());
-    let says = |token: &str| connection.is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)));
+    let says = |token| connection_says(request.headers(), token);
     match request.version() {
         axum::http::Version::HTTP_11 => !says("close"),
         axum::http::Version::HTTP_10 => says("keep-alive") && !says("close"),
@@ -422,12 +421,12 @@ fn stays_open<B>(request: &Request<B>) -> bool {
     }
 }
 
-/// Whether an answer closes its connection (`Connection: close`).
-fn asks_close(headers: &axum::http::HeaderMap) -> bool {
+/// Whether the `Connection` header lists `token` (`close`, `keep-alive`), in any case.
+fn connection_says(headers: &axum::http::HeaderMap, token: &str) -> bool {
     headers
         .get_all(axum::http::header::CONNECTION)
         .iter()
-        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("close"))))
+        .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token))))
 }
 
 async fn serve_connection(
@@ -475,7 +474,7 @@ async fn serve_connection(
         let answer = service.clone().oneshot(request);
         async move {
             let mut response = answer.await?;
-            if let Some(hint) = hint.filter(|_| !asks_close(response.headers())) {
+            if let Some(hint) = hint.filter(|_| !connection_says(response.headers(), "close")) {
                 response.headers_mut().insert(axum::http::header::HeaderName::from_static("keep-alive"), hint);
             }
             Ok::<_, Infallible>(response.map(|body| Body::new(Answer { body, _busy: busy })))
