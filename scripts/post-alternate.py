@@ -6,7 +6,8 @@ answered), effective throughput (body bytes / wall), server CPU per POST (/proc/
 ticks), VmHWM, the peak above the idle RSS (× the body), and VmRSS 5 s after the burst. See BENCHMARKS.md.
 The peak of anonymous memory (RssAnon, sampled every ~1 ms during the POSTs) is printed too:
 unlike VmHWM it leaves out the binary's own pages, which differ between builds by layout
-(POST_SAMPLE=0 leaves the sampling out: it takes some of the host's CPU while it runs). Where
+(POST_SAMPLE=0 leaves the sampling out: it takes some of the host's CPU while it runs;
+POST_GAP=0 sends the POSTs back to back, default 0.3 s apart). Where
 the service logs them, its phases are printed too: the body in, read, decided, answered; and the
 throughput as the service saw it (issue 15's "first byte received to the last byte answered":
 its log's `latency_ms`, from the request's head to the answer's last part handed on), which
@@ -15,6 +16,9 @@ leaves out this client's own time to send its first byte and to take in the answ
 import http.client, json, os, socket, subprocess, sys, tempfile, threading, time, statistics as st
 body_path, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 path = os.environ.get("POST_PATH", "/allocate")
+# Seconds between POSTs; 0 sends each as soon as the last is answered, as a burst of
+# provisions does (the CPU per POST then includes some of the last one's freeing).
+gap = float(os.environ.get("POST_GAP", "0.3"))
 body = open(body_path, 'rb').read()
 tick = os.sysconf('SC_CLK_TCK')
 def port():
@@ -63,7 +67,7 @@ for r in range(rounds + 1):
         c.request("POST", path, body, {"Content-Type": "application/json"})
         resp = c.getresponse(); data = resp.read()
         t1 = time.perf_counter()
-        time.sleep(0.3)  # let the freeing after the answer finish before reading CPU
+        time.sleep(gap)  # let the freeing after the answer finish before reading CPU
         c1 = cpu(proc.pid)
         watched[0] = None
         assert resp.status == 200, (b, resp.status, data[:200])
@@ -73,7 +77,7 @@ time.sleep(5)
 for b, p, proc in servers:
     w, c = res[b]
     print(f"{b}: VmRSS 5 s after the burst {hwm(proc.pid, 'VmRSS'):.1f} MiB")
-    print(f"{b}: POST wall median {st.median(w):.1f} ms (min {min(w):.1f}), {len(body)/st.median(w)/1e6:.2f} GB/s; server CPU median {st.median(c):.0f} ms (mean {st.mean(c):.0f}); VmHWM {hwm(proc.pid):.1f} MiB")
+    print(f"{b}: POST wall median {st.median(w):.1f} ms (min {min(w):.1f}, max {max(w):.1f}), {len(body)/st.median(w)/1e6:.2f} GB/s; server CPU median {st.median(c):.0f} ms (mean {st.mean(c):.0f}); VmHWM {hwm(proc.pid):.1f} MiB")
     grew = (hwm(proc.pid) - idle[b]) * 2**20
     print(f"{b}: VmRSS idle before the first POST {idle[b]:.1f} MiB; peak above it {grew/1e6:.1f} MB = {grew/len(body):.2f}x the body")
     grew_anon = (peak_anon[b] - idle_anon[b]) * 2**20

@@ -395,6 +395,7 @@ pub async fn allocate(
                 Ok((request, Some(allocation))) => {
                     let digest =
                         reply_allocation(&request, &allocation, format, explain.as_ref(), streaming, reply, watched);
+                    received.answered();
                     if let Some(w) = &watch {
                         w.shadow(&app2, &request, &allocation);
                     }
@@ -410,6 +411,7 @@ pub async fn allocate(
                 }
                 Err(e) => {
                     reply.send(Err(e));
+                    received.answered();
                     None
                 }
             };
@@ -467,6 +469,7 @@ pub async fn capacity(State(app): State<Arc<AppState>>, headers: HeaderMap, body
         };
         let result = result();
         reply.send(result);
+        received.answered();
         // Freed once the answer is on its way, as an allocation's request is.
         drop(parsed);
     })

@@ -201,7 +201,7 @@ async fn read_body(
     limit: usize,
     pace: UploadPace,
 ) -> Result<(WholeBody, BodySeen), ApiError> {
-    let mut buf = crate::wire::pages::body_buffer(declared.unwrap_or(0));
+    let mut buf = crate::wire::pages::body_buffer_soon(declared.unwrap_or(0)).await;
     let mut ascii = true;
     let seen = read_frames(body, limit, pace, |data| {
         ascii &= crate::scan::extend_noting_ascii(&mut buf, data);
@@ -216,6 +216,18 @@ async fn read_body(
 pub enum Received {
     Whole(crate::wire::pages::Body),
     Arriving(Arc<Arriving>),
+}
+
+impl Received {
+    /// Called once the answer has left, before the request is freed: a big body's buffer is
+    /// then on its way back, and the next big body (a client sending one after another)
+    /// waits for it rather than take fresh pages.
+    pub fn answered(&self) {
+        match self {
+            Received::Whole(body) => body.answered(),
+            Received::Arriving(body) => body.answered(),
+        }
+    }
 }
 
 /// Bodies at least this big are read while they arrive (when the endpoint can). Smaller
@@ -380,7 +392,8 @@ pub(super) async fn run_limited_or_inline<T: Send + 'static>(
         let task = match declared.filter(|&n| arriving && n >= ARRIVING_FROM) {
             // Read while it arrives: the work starts now, and takes a core once parsed.
             Some(len) => {
-                let (body_so_far, mut writer) = Arriving::new(len);
+                let (body_so_far, mut writer) =
+                    Arriving::in_buffer(crate::wire::pages::body_buffer_soon(len).await, len);
                 let reply = Reply { tx, core: None, cores, permit, origin, marks: WorkMarks::default() };
                 let task = tokio::task::spawn_blocking(move || work(engine, Received::Arriving(body_so_far), reply));
                 let too_long = || ApiError::Malformed("the body is longer than its Content-Length".into());

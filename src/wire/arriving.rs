@@ -18,6 +18,7 @@ pub struct Arriving {
     allocated: usize,
     state: Mutex<State>,
     changed: Condvar,
+    coming_back: super::pages::ComingBack,
 }
 
 #[derive(Clone, Copy)]
@@ -56,8 +57,14 @@ pub enum Progress {
 impl Arriving {
     /// A body of `len` bytes to come, and its writer.
     pub fn new(len: usize) -> (Arc<Arriving>, Writer) {
+        Arriving::in_buffer(super::pages::body_buffer(len), len)
+    }
+
+    /// The same, written into `buffer` (a [`super::pages::body_buffer`] of at least `len`).
+    pub fn in_buffer(buffer: Vec<u8>, len: usize) -> (Arc<Arriving>, Writer) {
+        assert!(buffer.is_empty() && buffer.capacity() >= len, "a body buffer with room for the body");
         // Not zeroed first: only bytes already written are ever read.
-        let mut buffer = std::mem::ManuallyDrop::new(super::pages::body_buffer(len));
+        let mut buffer = std::mem::ManuallyDrop::new(buffer);
         let allocated = buffer.capacity();
         let start = NonNull::new(buffer.as_mut_ptr()).unwrap_or(NonNull::dangling());
         let body = Arc::new(Arriving {
@@ -66,6 +73,7 @@ impl Arriving {
             allocated,
             state: Mutex::new(State { filled: 0, ascii: 0, ended: None }),
             changed: Condvar::new(),
+            coming_back: Default::default(),
         });
         (body.clone(), Writer { body, done: false })
     }
@@ -104,6 +112,11 @@ impl Arriving {
         self.capacity
     }
 
+    /// Its request is answered: its buffer comes back once the request is freed.
+    pub fn answered(&self) {
+        self.coming_back.answered(self.allocated);
+    }
+
     /// Whether all of the body is in (without waiting).
     pub fn is_complete(&self) -> bool {
         self.lock().ended == Some(true)
@@ -124,6 +137,7 @@ impl Drop for Arriving {
         // capacity (its length, 0, only tells the `Vec` there is nothing to drop); nobody
         // borrows it any more (borrows are tied to `&self`).
         super::pages::recycle(unsafe { Vec::from_raw_parts(self.start.as_ptr(), 0, self.allocated) });
+        self.coming_back.settle();
     }
 }
 

@@ -10,9 +10,12 @@
 //! short while ([`KEEP`]; two of them, for a client that sends its bodies one after
 //! another: [`BIG_KEPT`]): its pages are then in place already, and none of that is done
 //! again. After that it is freed, so the memory goes back soon after a burst; the heap its
-//! request's structures took is handed back as soon as the buffer is.
+//! request's structures took is handed back as soon as the buffer is. A big body that finds
+//! no buffer kept but one on its way back (its request answered, being freed) waits for that
+//! one a moment ([`body_buffer_soon`]) rather than take fresh pages.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +34,13 @@ pub const KEEP: Duration = Duration::from_secs(2);
 /// servers: ~100 ms of CPU more for that request, 46 MB of huge pages zeroed on this kind
 /// of machine). Two serve such a client for good; more are not needed by one at a time.
 const BIG_KEPT: usize = 2;
+
+/// How long a big body waits for a buffer on its way back before it takes fresh pages. A
+/// client sending its bodies one after another has the next one arrive while the last
+/// request is still being freed (~4 ms at 5,000 servers), before its buffer is back: with
+/// no wait, the first such request of every burst took fresh pages, and zeroing 46 MB of
+/// them made it ~130 ms slower on this kind of virtual machine.
+const RETURN_WAIT: Duration = Duration::from_millis(25);
 
 /// Buffers of 64 KiB to 1 MiB (a small body, a whole answer) are kept by size for the next
 /// request rather than freed. glibc merges every small free block of an arena whenever a
@@ -83,7 +93,9 @@ impl Held {
 struct Spare {
     held: Mutex<Held>,
     /// A big body's request has just been freed: its heap is to be handed back.
-    trim: std::sync::atomic::AtomicBool,
+    trim: AtomicBool,
+    /// Big buffers whose requests are answered and not yet freed ([`ComingBack`]).
+    coming_back: AtomicUsize,
     given_back: Condvar,
     /// Whether the freeing thread runs (if it could not start, nothing is kept).
     keeps: OnceLock<bool>,
@@ -103,7 +115,8 @@ impl Spare {
                 pooled: [const { Vec::new() }; POOL_CLASSES],
                 pooled_since: None,
             }),
-            trim: std::sync::atomic::AtomicBool::new(false),
+            trim: AtomicBool::new(false),
+            coming_back: AtomicUsize::new(0),
             given_back: Condvar::new(),
             keeps: OnceLock::new(),
         }
@@ -120,7 +133,7 @@ impl Spare {
         }
         buffer.clear();
         let Some(class) = class else {
-            self.trim.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.trim.store(true, Ordering::Relaxed);
             let mut held = self.held();
             let oldest = (held.big.len() >= BIG_KEPT).then(|| held.big.remove(0));
             held.big.push((buffer, Instant::now()));
@@ -161,7 +174,7 @@ impl Spare {
         let free_when_old = move || {
             let mut held = self.held();
             loop {
-                if self.trim.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                if self.trim.swap(false, Ordering::Relaxed) {
                     drop(held);
                     release_freed_heap();
                     held = self.held();
@@ -195,6 +208,37 @@ impl Spare {
 }
 
 static SPARE: Spare = Spare::new();
+
+/// Woken whenever a big buffer is given back or stops being on its way back.
+static BIG_RETURNED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Whether a buffer is one [`Spare`] keeps for the next big body.
+fn is_big(capacity: usize) -> bool {
+    capacity >= HUGE_FROM && pool_class(capacity).is_none()
+}
+
+/// Whether a body's big buffer is on its way back: set once its request is answered, and
+/// cleared when the buffer is given back (or kept by someone else).
+#[derive(Default)]
+pub struct ComingBack(AtomicBool);
+
+impl ComingBack {
+    /// The request holding a buffer of `capacity` bytes is answered: the buffer comes back
+    /// as soon as the request is freed.
+    pub fn answered(&self, capacity: usize) {
+        if is_big(capacity) && !self.0.swap(true, Ordering::AcqRel) {
+            SPARE.coming_back.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The buffer is back (or will not come back after all).
+    pub fn settle(&self) {
+        if self.0.swap(false, Ordering::AcqRel) {
+            let _ = SPARE.coming_back.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            BIG_RETURNED.notify_waiters();
+        }
+    }
+}
 
 /// Hands the allocator's free pages back to the kernel: after a big request (here, on the
 /// spare-buffer thread, off the request's) and every few seconds (the stateless service).
@@ -282,7 +326,11 @@ unsafe fn release_pages(_start: *mut u8, _len: usize) {}
 /// one of a pooled size for the next [`buffer`] of that size (each for [`KEEP`]), anything
 /// else freed.
 pub fn recycle(buffer: Vec<u8>) {
+    let big = is_big(buffer.capacity());
     SPARE.give_back(buffer);
+    if big {
+        BIG_RETURNED.notify_waiters();
+    }
 }
 
 /// Whether a buffer of `capacity` bytes is of a size [`recycle`] keeps for [`buffer`].
@@ -308,17 +356,18 @@ pub struct Body {
     bytes: Vec<u8>,
     /// Seen to be all ASCII as it was copied in (so it is UTF-8 without a check).
     ascii: bool,
+    coming_back: ComingBack,
 }
 
 impl Body {
     pub fn new(bytes: Vec<u8>) -> Body {
-        Body { bytes, ascii: false }
+        Body { bytes, ascii: false, coming_back: ComingBack::default() }
     }
 
     /// A body whose bytes were seen to be all ASCII ([`crate::scan::extend_noting_ascii`]).
     pub fn known_ascii(bytes: Vec<u8>) -> Body {
         debug_assert!(bytes.is_ascii());
-        Body { bytes, ascii: true }
+        Body { bytes, ascii: true, coming_back: ComingBack::default() }
     }
 
     /// The text, when it is known to be ASCII.
@@ -327,8 +376,14 @@ impl Body {
         self.ascii.then(|| unsafe { std::str::from_utf8_unchecked(&self.bytes) })
     }
 
+    /// Its request is answered: its buffer comes back once the request is freed.
+    pub fn answered(&self) {
+        self.coming_back.answered(self.bytes.capacity());
+    }
+
     /// The bytes, not to be given back.
     pub fn into_vec(mut self) -> Vec<u8> {
+        self.coming_back.settle();
         std::mem::take(&mut self.bytes)
     }
 }
@@ -350,6 +405,7 @@ impl AsRef<[u8]> for Body {
 impl Drop for Body {
     fn drop(&mut self) {
         recycle(std::mem::take(&mut self.bytes));
+        self.coming_back.settle();
     }
 }
 
@@ -363,6 +419,32 @@ pub fn body_buffer(capacity: usize) -> Vec<u8> {
     if let Some(buffer) = SPARE.take(capacity) {
         return buffer;
     }
+    fresh_body_buffer(capacity)
+}
+
+/// A [`body_buffer`], waiting up to [`RETURN_WAIT`] for a big one on its way back when none
+/// is kept.
+pub async fn body_buffer_soon(capacity: usize) -> Vec<u8> {
+    if capacity < HUGE_FROM {
+        return body_buffer(capacity);
+    }
+    let deadline = tokio::time::Instant::now() + RETURN_WAIT;
+    loop {
+        // Listening before looking, so a buffer given back in between is not missed.
+        let returned = BIG_RETURNED.notified();
+        let mut returned = std::pin::pin!(returned);
+        returned.as_mut().enable();
+        if let Some(buffer) = SPARE.take(capacity) {
+            return buffer;
+        }
+        let waiting_for_one = SPARE.coming_back.load(Ordering::Acquire) > 0;
+        if !waiting_for_one || tokio::time::timeout_at(deadline, returned).await.is_err() {
+            return fresh_body_buffer(capacity);
+        }
+    }
+}
+
+fn fresh_body_buffer(capacity: usize) -> Vec<u8> {
     let buf = Vec::with_capacity(capacity);
     advise_huge(buf.as_ptr() as usize, capacity);
     buf
@@ -510,6 +592,28 @@ mod tests {
         spare.give_back(Vec::with_capacity(1000));
         assert!(spare.held().big.is_empty());
         assert!(spare.held().pooled_since.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_big_body_waits_for_the_buffer_of_a_request_being_freed() {
+        // A size no other test's body would take from the process's spare (nor touch: the
+        // buffers are never written).
+        let size = (150 << 20) + 1;
+        let answered = Body::new(body_buffer(size));
+        let at = answered.as_ptr();
+        answered.answered();
+        let freeing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            drop(answered);
+        });
+        let next = body_buffer_soon(size).await;
+        assert_eq!(next.as_ptr(), at, "the buffer given back, not fresh pages");
+        freeing.join().expect("freed");
+
+        // A body whose request is not answered yet is not waited for.
+        let in_use = Body::new(next);
+        let other = body_buffer_soon(size).await;
+        assert_ne!(other.as_ptr(), in_use.as_ptr());
     }
 
     #[test]
