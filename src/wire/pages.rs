@@ -38,8 +38,9 @@ const BIG_KEPT: usize = 2;
 /// How long a big body waits for a buffer on its way back before it takes fresh pages. A
 /// client sending its bodies one after another has the next one arrive while the last
 /// request is still being freed (~4 ms at 5,000 servers), before its buffer is back: with
-/// no wait, the first such request of every burst took fresh pages, and zeroing 46 MB of
-/// them made it ~130 ms slower on this kind of virtual machine.
+/// no wait, one request in the middle of every burst took fresh pages (until two buffers
+/// were kept), and faulting 46 MB of them in made it ~130 ms slower on this kind of
+/// virtual machine.
 const RETURN_WAIT: Duration = Duration::from_millis(25);
 
 /// Buffers of 64 KiB to 1 MiB (a small body, a whole answer) are kept by size for the next
