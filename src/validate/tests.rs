@@ -127,6 +127,13 @@ fn the_base_server_and_lax_values_are_valid() {
         (&["sysinfo"][..], json!(null), r#"property "sysinfo": null - null value found, but a object is required"#),
         (&["sysinfo"], json!([]), r#"property "sysinfo":  - array value found, but a object is required"#),
         (&["vms"], json!({"foo": null}), r#"property "vms.foo": key is not a UUID"#),
+        // VMs listed as VMAPI lists them: the original counted them, keyed "0", "1", ...
+        (
+            &["vms"],
+            json!([{"owner_uuid": "8f138999-8869-410d-b4a0-2517e1ff83ab", "max_physical_memory": 6900, "state": "running"}]),
+            r#"property "vms": [object object] - array value found, but a object is required"#,
+        ),
+        (&["vms"], json!([1, 2]), r#"property "vms": 1,2 - array value found, but a object is required"#),
     ];
     for (path, value, message) in dapi {
         assert_eq!(server_message(set(base_server(), path, Some(value.clone()))).as_deref(), Some(message));

@@ -81,6 +81,15 @@ pub fn validate_server(s: &Server) -> Option<String> {
     if let Some(msg) = vms.and_then(plain_and_keys) {
         return Some(msg);
     }
+    // dapi, after the original's schema: its lax `object` type lets an array of VMs through
+    // (VMAPI lists VMs so), and the original then counted the elements as VMs keyed "0",
+    // "1", ... As for any VM not keyed by its uuid (above), such a server leaves here: read
+    // as having no VMs, it would be filled past its capacity.
+    if let Shape::Other(v @ Js::Arr(items)) = &s.vms {
+        if !items.is_empty() {
+            return Some(property("vms", &schema::type_error_of(&v.to_js_string(), "array", "object")));
+        }
+    }
     // dapi, after the original's schema: its lax `object` type lets `null` and arrays
     // through as sysinfo, on which the original's filters crashed; nothing can be known of
     // such a server.
