@@ -222,6 +222,35 @@ async fn feeding_is_validated_like_allocate() {
     assert_eq!(reply.status, 200, "{}", String::from_utf8_lossy(&reply.body));
     let got = send(a.addr, "GET", &format!("/inventory/servers/{s1}"), &[], b"").await;
     assert!(got.json()["vms"].get(uuid(7, 1)).is_some(), "the VM is listed on its server");
+    // VMs listed as VMAPI lists them (an array) would go uncounted: refused, as a request's.
+    let mut listed = server(&s1);
+    listed["vms"] = json!([vm.clone()]);
+    let reply = put_json(a.addr, &format!("/inventory/servers/{s1}"), &listed).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert!(reply.json()["errors"][0]["message"].as_str().is_some_and(|m| m.contains(r#"property "vms""#)));
+    // A path that is no uuid is named as such, not as the body's uuid to change.
+    let reply = put_json(a.addr, "/inventory/servers/xyz", &server(&s1)).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.json()["errors"][0]["field"], json!("uuid"));
+    // A field given twice in a VM is named at the VM.
+    let twice = format!(
+        r#"{{"uuid":"{}","server_uuid":"{s1}","max_physical_memory":1024,"max_physical_memory":2048,"state":"running","owner_uuid":"{}"}}"#,
+        uuid(7, 4),
+        uuid(8, 1)
+    );
+    let reply = send(a.addr, "PUT", &format!("/inventory/vms/{}", uuid(7, 4)), &[], twice.as_bytes()).await;
+    assert_eq!(reply.status, 422, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(reply.json()["errors"][0]["field"], json!("vm"));
+    // Only JSON replaces what is stored: a form or text posted by mistake is refused whole.
+    for (kind, value) in [("Content-Type", "text/plain"), ("Content-Type", "application/x-www-form-urlencoded")] {
+        let reply = send(a.addr, "POST", "/inventory/load", &[(kind, value)], br#"{"servers":[]}"#).await;
+        assert_eq!(reply.status, 415, "{value}: {}", String::from_utf8_lossy(&reply.body));
+        let reply = send(a.addr, "PUT", &format!("/inventory/servers/{s1}"), &[(kind, value)], b"{}").await;
+        assert_eq!(reply.status, 415, "{value}: {}", String::from_utf8_lossy(&reply.body));
+    }
+    let reply = send(a.addr, "POST", "/inventory/load", &[("Content-Encoding", "gzip")], br#"{"servers":[]}"#).await;
+    assert_eq!(reply.status, 415, "{}", String::from_utf8_lossy(&reply.body));
+    assert_eq!(pg.psql("feeding", "SELECT count(*) FROM servers"), "1", "nothing replaced");
     // A VM alone is checked as on its server (its fields, its key), and its own uuid against
     // the path's.
     let mut odd = vm.clone();

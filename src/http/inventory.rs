@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use axum::Router;
@@ -56,7 +56,13 @@ impl From<StoreError> for ApiError {
     }
 }
 
-async fn read_body(app: &AppState, body: Body) -> Result<axum::body::Bytes, ApiError> {
+/// The body of a write: JSON, as `/allocate`'s (415 otherwise: a form posted here by
+/// mistake would replace the datacenter), and not compressed.
+async fn read_body(app: &AppState, headers: &HeaderMap, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    super::intake::check_content_type(headers)?;
+    if super::intake::body_encoding(headers)? != super::intake::BodyEncoding::Identity {
+        return Err(ApiError::UnsupportedMediaType("inventory bodies are sent uncompressed".into()));
+    }
     let limit = app.limits().max_body_bytes;
     axum::body::to_bytes(body, limit)
         .await
@@ -90,17 +96,23 @@ fn result(r: Result<Response, ApiError>) -> Response {
         (status = 200, description = "Stored", body = super::openapi::InventoryChangeResponse),
         (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a compressed body", body = super::openapi::ErrorResponse),
         (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
         (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
     security((), ("bearer" = []))
 )]
-pub(super) async fn put_server(State(app): State<Arc<AppState>>, Path(uuid): Path<String>, body: Body) -> Response {
+pub(super) async fn put_server(
+    State(app): State<Arc<AppState>>,
+    Path(uuid): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
-            let bytes = read_body(&app, body).await?;
+            let bytes = read_body(&app, &headers, body).await?;
             let (record, vms_given) = records::server(&bytes, &uuid, app.limits().max_vms_per_server)?;
             let generation = inventory.store().put_server(&record, vms_given).await?;
             caught_up(&inventory).await;
@@ -154,6 +166,7 @@ pub(super) struct VmQuery {
         (status = 200, description = "Stored", body = super::openapi::InventoryChangeResponse),
         (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a compressed body", body = super::openapi::ErrorResponse),
         (status = 404, description = "Inventory mode is off, or no such VM", body = super::openapi::ErrorResponse),
         (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
@@ -164,12 +177,13 @@ pub(super) async fn put_vm(
     State(app): State<Arc<AppState>>,
     Path(uuid): Path<String>,
     Query(query): Query<VmQuery>,
+    headers: HeaderMap,
     body: Body,
 ) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
-            let bytes = read_body(&app, body).await?;
+            let bytes = read_body(&app, &headers, body).await?;
             let (server, object) = records::vm(&bytes, &uuid, query.server_uuid.as_deref())?;
             match inventory.store().put_vm(&uuid, &server, &object).await? {
                 Some(generation) => Ok({
@@ -252,17 +266,18 @@ pub(super) async fn release_claim(State(app): State<Arc<AppState>>, Path(vm_uuid
         (status = 200, description = "Loaded", body = super::openapi::InventoryChangeResponse),
         (status = 422, description = "Invalid: each field named", body = super::openapi::InvalidParametersResponse),
         (status = 400, description = "Body is not JSON", body = super::openapi::ErrorResponse),
+        (status = 415, description = "Not JSON content, or a compressed body", body = super::openapi::ErrorResponse),
         (status = 404, description = "Inventory mode is off, or no such server", body = super::openapi::ErrorResponse),
         (status = 503, description = "The inventory database is out of reach; retry", body = super::openapi::ErrorResponse),
         (status = 401, description = "Missing or wrong bearer token (when one is configured)", body = super::openapi::ErrorResponse)
     ),
     security((), ("bearer" = []))
 )]
-pub(super) async fn load(State(app): State<Arc<AppState>>, body: Body) -> Response {
+pub(super) async fn load(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     result(
         async {
             let inventory = inventory(&app)?;
-            let bytes = read_body(&app, body).await?;
+            let bytes = read_body(&app, &headers, body).await?;
             let max_vms = app.limits().max_vms_per_server;
             let records = tokio::task::spawn_blocking(move || records::dump(&bytes, max_vms))
                 .await

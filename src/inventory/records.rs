@@ -37,6 +37,9 @@ fn invalid(field: impl Into<String>, message: impl Into<String>) -> RecordError 
 /// One server (`PUT /inventory/servers/{uuid}`): its uuid must be `uuid`. `vms_given`
 /// tells whether the body carried `vms` (if not, the stored VMs stay).
 pub fn server(body: &[u8], uuid: &str, max_vms: usize) -> Result<(ServerRecord, bool), RecordError> {
+    if !crate::model::schema::patterns::is_uuid(uuid) {
+        return Err(invalid("uuid", format!("{uuid:?} in the path is not a server uuid")));
+    }
     let text = crate::scan::utf8(body).map_err(|e| RecordError::Malformed(format!("body is not UTF-8: {e}")))?;
     let wrapped = format!("[{text}]");
     let (raw, servers) = parse_capacity_body(wrapped.as_bytes()).map_err(|e| match e {
@@ -98,7 +101,10 @@ pub fn vm(body: &[u8], uuid: &str, server_uuid: Option<&str>) -> Result<(String,
     // would be refused), to refuse what those refuse.
     let probe = format!(r#"[{{"uuid":{},"vms":{{{}:{text}}}}}]"#, json_str(&server), json_str(uuid));
     let (_, probed) = parse_capacity_body(probe.as_bytes()).map_err(|e| match e {
-        BodyError::Invalid(errors) => RecordError::Invalid(renamed(errors, "servers[0].vms", "vm")),
+        // A duplicate field is named at the server the probe wraps the VM in.
+        BodyError::Invalid(errors) => {
+            RecordError::Invalid(renamed(renamed(errors, "servers[0].vms", "vm"), "servers[0]", "vm"))
+        }
         other => other.into(),
     })?;
     let vms = probed.first().and_then(|s| s.vms.as_obj());
