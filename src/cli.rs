@@ -67,7 +67,8 @@ Exit status:
   1  the decision failed: a bug of ours, or a custom plugin that threw or called back
      with an error (the message names it)
   2  invalid request, config or command line (the message on stderr says what to fix);
-     for replay also: no records in DIR, or some could not be replayed (report printed)";
+     for replay also: no records in DIR, some could not be replayed or have no recorded
+     config in DIR/configs (report printed)";
 
 const ALLOCATE_HELP: &str = "\
 Runs the plugin chain on one request and prints the answer on one line, as
@@ -570,10 +571,14 @@ fn run(command: Command) -> Result<(), CliError> {
             }
             // A script checking a new config must not take a wrong directory or broken records
             // for "nothing changes".
-            let unreplayed = match (report.replayed, report.failed) {
-                (0, 0) => Some("it holds no recorded requests (the service writes them where record.dir says)".into()),
-                (_, 0) => None,
-                (_, failed) => Some(format!("{failed} of its records could not be replayed (listed in the report)")),
+            let unreplayed = match (report.replayed, report.failed, report.without_config) {
+                (0, 0, _) => Some("it holds no recorded requests (the service writes them where record.dir says)".into()),
+                (_, 0, 0) => None,
+                (_, 0, missing) => Some(format!(
+                    "{missing} of its records have no recorded config in {} to check them against (listed in the report)",
+                    dir.join("configs").display()
+                )),
+                (_, failed, _) => Some(format!("{failed} of its records could not be replayed (listed in the report)")),
             };
             match unreplayed {
                 Some(why) => {
@@ -601,6 +606,19 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     let stdin = Path::new("-");
     if args.servers.as_deref() == Some(stdin) && args.workload == stdin {
         return Err(invalid("servers", "standard input (-) can give the servers or the workload, not both".into()));
+    }
+    // Standard output holds one document, or it could not be read back.
+    let csv_out = args.csv.as_deref() == Some(stdin);
+    let report_out = args.report.as_deref() == Some(stdin);
+    let on_stdout: Vec<&str> = [(args.json, "--json"), (csv_out, "--csv -"), (report_out, "--report -")]
+        .into_iter()
+        .filter_map(|(on, flag)| on.then_some(flag))
+        .collect();
+    if on_stdout.len() > 1 {
+        return Err(invalid(
+            "output",
+            format!("{} would all write to standard output: give the others a file", on_stdout.join(" and ")),
+        ));
     }
     let servers = match &args.servers {
         Some(path) => Servers::Dump(read_input(path)?.into_vec()),
@@ -644,7 +662,7 @@ fn simulate(args: SimulateArgs) -> Result<(), CliError> {
     }
     if args.json {
         print(doc.to_string().into_bytes())
-    } else if args.csv.as_deref() == Some(Path::new("-")) {
+    } else if csv_out || report_out {
         Ok(())
     } else {
         print(crate::simulate::text::summary(&doc).into_bytes())

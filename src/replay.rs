@@ -38,6 +38,9 @@ pub struct Report {
     pub unchanged: usize,
     /// Records whose own config no longer gives the recorded decision or answer.
     pub not_reproduced: usize,
+    /// Of those, records whose config is missing from `DIR/configs` or no longer loads:
+    /// compared with their recorded decision only.
+    pub without_config: usize,
     /// Records that could not be replayed (unreadable, refused).
     pub failed: usize,
     pub changes: Vec<Change>,
@@ -133,6 +136,7 @@ pub fn replay(dir: &Path, config: &ServiceConfig, engine: &Engine) -> std::io::R
         changed: 0,
         unchanged: 0,
         not_reproduced: 0,
+        without_config: 0,
         failed: 0,
         changes: Vec::new(),
         not_reproduced_records: Vec::new(),
@@ -144,9 +148,10 @@ pub fn replay(dir: &Path, config: &ServiceConfig, engine: &Engine) -> std::io::R
         let outcome = record::read_record(&path).and_then(|file| {
             let baseline =
                 baselines.entry(file.head.config.clone()).or_insert_with(|| baseline(dir, &file.head.config));
-            replay_one(&file, baseline.as_ref(), engine, &config.limits).map(|o| (file, o))
+            let without_config = baseline.is_err();
+            replay_one(&file, baseline.as_ref(), engine, &config.limits).map(|o| (file, o, without_config))
         });
-        let (file, outcome) = match outcome {
+        let (file, outcome, without_config) = match outcome {
             Ok(done) => done,
             Err(error) => {
                 report.failed += 1;
@@ -155,6 +160,7 @@ pub fn replay(dir: &Path, config: &ServiceConfig, engine: &Engine) -> std::io::R
             }
         };
         report.replayed += 1;
+        report.without_config += usize::from(without_config);
         if let Some(why) = outcome.not_reproduced {
             report.not_reproduced += 1;
             report.not_reproduced_records.push(NotReproduced {

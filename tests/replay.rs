@@ -131,6 +131,17 @@ async fn a_recorded_directory_replays_unchanged_with_its_config_and_changed_with
         text.contains("hard-filter-min-disk (Servers with enough unreserved disk): a step only the new chain has"),
         "{text}"
     );
+
+    // The recorded configs gone (a directory copied without them): the records are still
+    // compared with their recorded decisions, but the exit says they could not be checked.
+    std::fs::remove_dir_all(records.join("configs")).expect("configs removed");
+    let out = dapi().arg("replay").arg(&records).arg("--json").output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("{sent} of its records have no recorded config")), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the report, as JSON");
+    assert_eq!(report["without_config"], sent, "{report}");
+    assert_eq!(report["changed"], 0, "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -330,6 +330,26 @@ fn csv_and_html_outputs() {
     }
     assert!(!page.contains("http:") && !page.contains("https:"), "the page refers to the network");
     assert!(!page.contains("<script"), "the page has a script");
+
+    // Standard output holds one document: two asked there are refused before the run.
+    for both in [&["--json", "--csv", "-"][..], &["--csv", "-", "--report", "-"], &["--json", "--report", "-"]] {
+        let mut args = vec!["--racks", "1", "--servers-per-rack", "2"];
+        args.extend_from_slice(both);
+        args.push(mix.to_str().expect("path"));
+        let (code, out, err) = simulate(&args);
+        assert_eq!(code, 2, "{both:?}: {err}");
+        assert!(err.contains("would all write to standard output"), "{both:?}: {err}");
+        assert!(out.is_empty(), "{both:?}: {out}");
+    }
+    // The page alone on standard output, without the summary after it.
+    let (code, out, err) =
+        simulate(&["--racks", "1", "--servers-per-rack", "2", "--report", "-", mix.to_str().expect("path")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("<!DOCTYPE html>") && out.trim_end().ends_with("</html>"),
+        "{}",
+        &out[out.len().saturating_sub(200)..]
+    );
 }
 
 /// Bad input stops with exit 2 and names what to fix.
