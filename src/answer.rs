@@ -215,6 +215,9 @@ pub fn explain_report(
     colour: bool,
 ) -> Result<String, AnswerError> {
     let mut request = parse_allocate_body(body)?;
+    if request.batch.is_batch() {
+        batch_not_explained(Some(&options))?;
+    }
     let options = with_body_why_not(options, body)?;
     let allocation = decide_noting(engine, limits, &mut request, true)?;
     let explained = explain::explain(&request.servers, &allocation, &options);

@@ -357,3 +357,26 @@ fn the_report_for_people_rounds_every_score() {
         assert!(!line.split_whitespace().any(long_fraction), "{line}");
     }
 }
+
+/// `dapi explain` on a batch body refuses it as `--explain` and `?explain=true` do, whether
+/// the batch is a `count` or a `vms` list (which has no `vm` of its own to explain).
+#[test]
+fn dapi_explain_refuses_a_batch() {
+    let dir = std::env::temp_dir().join(format!("dapi-explain-batch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut counted = common::example_request();
+    counted["count"] = json!(3);
+    let mut listed = common::example_request();
+    let vm = listed.as_object_mut().and_then(|o| o.remove("vm")).expect("the example has a vm");
+    listed["vms"] = json!([vm]);
+    for (name, body) in [("count", counted), ("vms", listed)] {
+        let path = dir.join(format!("{name}.json"));
+        std::fs::write(&path, body.to_string()).expect("written");
+        let out =
+            common::dapi().arg("explain").arg(&path).current_dir(env!("CARGO_MANIFEST_DIR")).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(stderr.contains("explains one allocation, not a batch"), "{name}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
