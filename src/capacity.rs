@@ -1039,6 +1039,18 @@ pub fn table(answer: &Value) -> String {
         ]);
     }
     let mut out = columns(&rows);
+    // Why servers hold no slot of a package (a package that fits nowhere says nothing else).
+    const LEFT_OUT_SHOWN: usize = 5;
+    for p in answer["packages"].as_array().into_iter().flatten() {
+        let Some(left_out) = p["left_out"].as_object().filter(|l| !l.is_empty()) else { continue };
+        let _ = write!(out, "\npackage {} leaves out {} server(s):", text(&p["package"]), left_out.len());
+        for (server, why) in left_out.iter().take(LEFT_OUT_SHOWN) {
+            let _ = write!(out, "\n  {server}: {}", text(why));
+        }
+        if left_out.len() > LEFT_OUT_SHOWN {
+            let _ = write!(out, "\n  ... and {} more (--json lists them all)", left_out.len() - LEFT_OUT_SHOWN);
+        }
+    }
     let totals = &answer["totals"];
     for group in ["usable", "reserved", "unusable"] {
         let g = &totals[group];

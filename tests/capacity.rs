@@ -391,6 +391,29 @@ fn the_cli_prints_a_table_or_the_json_answer() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A package no server takes says why in the table, as `--json` does (its `left_out`): here
+/// every server of the example runs capped VMs and the package has no cpu_cap.
+#[test]
+fn the_table_says_why_servers_are_left_out() {
+    let dir = std::env::temp_dir().join(format!("dapi-capacity-left-out-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let package = dir.join("uncapped.json");
+    std::fs::write(&package, json!({"name": "uncapped", "max_physical_memory": 1024}).to_string()).expect("written");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dapi"))
+        .args(["capacity", "--package"])
+        .arg(&package)
+        .arg("examples/capacity.json")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env_remove("DAPI_CONFIG")
+        .output()
+        .expect("dapi runs");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("package uncapped leaves out 4 server(s):"), "{table}");
+    assert!(table.contains("has a cpu_cap, while the package does not"), "{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A generated datacenter: RAM, cores, disk, reservations, VMs (two owners, some tagged and
 /// aliased) varied by `seed`.
 fn generated(seed: u64, count: u64) -> Vec<Value> {
