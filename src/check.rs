@@ -30,13 +30,16 @@ pub struct CheckQuery {
 impl CheckQuery {
     /// The query, each figure checked (422 naming `ram`, `disk` or `cpu` otherwise).
     pub fn new(ram_mib: f64, disk_gib: f64, cpu_cap: f64) -> Result<CheckQuery, AnswerError> {
+        // Past 2^53 a figure is no longer a whole number to the arithmetic (JS's
+        // Number.MAX_SAFE_INTEGER), and no server comes near it.
+        const MOST: f64 = 9_007_199_254_740_991.0;
         let mut errors = Vec::new();
-        if !(ram_mib.is_finite() && ram_mib > 0.0) {
-            errors.push(FieldError::invalid("ram", "must be a number of MiB above 0"));
+        if !(ram_mib > 0.0 && ram_mib <= MOST) {
+            errors.push(FieldError::invalid("ram", format!("must be a number of MiB above 0, at most {MOST}")));
         }
         for (name, v, unit) in [("disk", disk_gib, "GiB"), ("cpu", cpu_cap, "percent of one core")] {
-            if !(v.is_finite() && v >= 0.0) {
-                errors.push(FieldError::invalid(name, format!("must be a number of {unit}, 0 or more")));
+            if !(0.0..=MOST).contains(&v) {
+                errors.push(FieldError::invalid(name, format!("must be a number of {unit}, 0 to {MOST}")));
             }
         }
         if errors.is_empty() {

@@ -137,6 +137,16 @@ fn a_bad_figure_or_servers_file_exits_2_naming_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("ram: must be a number of MiB above 0"), "{stderr}");
+    // Figures past any server, or not finite, are named too (not printed back as 1.9e22).
+    for (flag, value) in [("--ram", "inf"), ("--ram", "18446744073709551615"), ("--disk", "1e300"), ("--cpu", "NaN")] {
+        let mut args = vec!["--ram", "1024", "--disk", "100", "--cpu", "800"];
+        let at = args.iter().position(|a| *a == flag).expect("flag") + 1;
+        args[at] = value;
+        let out = run(&dir, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(&format!("{}:", &flag[2..])) && stderr.contains("9007199254740991"), "{stderr}");
+    }
     std::fs::write(dir.join("servers.json"), "{\"servers\": 5}").expect("written");
     let out = run(&dir, &ASK);
     assert_eq!(out.status.code(), Some(2));
