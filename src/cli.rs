@@ -67,8 +67,8 @@ Exit status:
   1  the decision failed: a bug of ours, or a custom plugin that threw or called back
      with an error (the message names it)
   2  invalid request, config or command line (the message on stderr says what to fix);
-     for replay also: no records in DIR, some could not be replayed or have no recorded
-     config in DIR/configs (report printed)";
+     for replay also: no records in DIR, or some could not be replayed or checked against
+     their recorded config in DIR/configs (report printed)";
 
 const ALLOCATE_HELP: &str = "\
 Runs the plugin chain on one request and prints the answer on one line, as
@@ -572,10 +572,13 @@ fn run(command: Command) -> Result<(), CliError> {
             // A script checking a new config must not take a wrong directory or broken records
             // for "nothing changes".
             let unreplayed = match (report.replayed, report.failed, report.without_config) {
-                (0, 0, _) => Some("it holds no recorded requests (the service writes them where record.dir says)".into()),
+                (0, 0, _) => {
+                    Some("it holds no recorded requests (the service writes them where record.dir says)".into())
+                }
                 (_, 0, 0) => None,
-                (_, 0, missing) => Some(format!(
-                    "{missing} of its records have no recorded config in {} to check them against (listed in the report)",
+                (_, 0, unchecked) => Some(format!(
+                    "{unchecked} of its records could not be checked against their recorded config (missing from {} \
+                     or no longer loading; listed in the report)",
                     dir.join("configs").display()
                 )),
                 (_, failed, _) => Some(format!("{failed} of its records could not be replayed (listed in the report)")),
