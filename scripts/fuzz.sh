@@ -19,7 +19,11 @@ for target in $targets; do
   cargo fuzz run --release "$target" -- \
     -dict="$PWD/fuzz/dict/request.dict" -max_total_time="$seconds" -max_len=262144 -timeout=10 \
     -rss_limit_mb=4096 -print_final_stats=1 2>&1 | grep -E '^(stat::|==|SUMMARY|Done|#[0-9]+ +DONE)|panicked|crash|Test unit' || true
-  if ls "fuzz/artifacts/$target"/crash-* "fuzz/artifacts/$target"/timeout-* >/dev/null 2>&1; then
-    echo "fuzz $target: a crash or timeout, in fuzz/artifacts/$target"; exit 1
-  fi
+  # Each pattern on its own: `ls` of both fails whenever one matches nothing, which let a
+  # crash alone through.
+  for found in "fuzz/artifacts/$target"/crash-* "fuzz/artifacts/$target"/timeout-*; do
+    if [ -e "$found" ]; then
+      echo "fuzz $target: a crash or timeout, in $found"; exit 1
+    fi
+  done
 done

@@ -34,7 +34,10 @@ pub fn check_request_path(engine: &Engine, body: &[u8]) {
         Err(AnswerError::Internal(message)) => panic!("internal error on a caller's input: {message}"),
         Err(_) => return,
     };
-    let answer: Value = serde_json::from_slice(&answer.body).expect("the answer is JSON");
+    // Read as JSON.parse reads it: a lone surrogate the request carried is echoed as
+    // JSON.stringify writes it (`\ud800`), which serde_json alone refuses.
+    let text = std::str::from_utf8(&answer.body).expect("the answer is UTF-8");
+    let answer: Value = dapi::js::json::from_str(text).expect("the answer is JSON");
     let Some(uuid) = answer["server"].get("uuid") else { return };
     let steps = answer["steps"].as_array().expect("steps");
     for name in engine.chain().top_level_hard_filters() {
