@@ -129,7 +129,8 @@ impl Spare {
 
     fn give_back(&'static self, mut buffer: Vec<u8>) {
         let class = pool_class(buffer.capacity());
-        if (class.is_none() && buffer.capacity() < HUGE_FROM) || !*self.keeps.get_or_init(|| self.start()) {
+        let kept_kind = class.is_some() || is_big(buffer.capacity());
+        if !kept_kind || !*self.keeps.get_or_init(|| self.start()) {
             return;
         }
         buffer.clear();
