@@ -4,6 +4,7 @@
 //! A request flows: typed body → [`Request`] working set → the description's plugins, each
 //! narrowing the candidate list and recording a [`Step`] → selection of the highest score.
 
+mod busy;
 pub mod context;
 pub mod datacenter;
 pub mod defaults;
@@ -192,19 +193,21 @@ impl Engine {
         body: &AllocateBody<'_>,
         explain: bool,
     ) -> Result<Allocation, PluginError> {
-        let mut req = self.request(held, body, vec![ServerState::default(); held.servers.len()]);
-        if explain {
-            req.record_notes();
-        }
-        // Every server's reason key is made here rather than in whichever plugin records
-        // the first reason, so that each plugin's time (`/metrics`) is its own.
-        req.keys();
-        let mut steps = Vec::new();
-        let input: Vec<ServerId> = (0..held.servers.len()).collect();
-        let survivors = self.chain.run(&mut req, input, &mut steps)?;
-        let chosen = select(&survivors, req.states());
-        let (state, notes) = req.finish();
-        Ok(Allocation { chosen, steps, state, notes })
+        parallel::deciding(held.servers.len(), || {
+            let mut req = self.request(held, body, vec![ServerState::default(); held.servers.len()]);
+            if explain {
+                req.record_notes();
+            }
+            // Every server's reason key is made here rather than in whichever plugin records
+            // the first reason, so that each plugin's time (`/metrics`) is its own.
+            req.keys();
+            let mut steps = Vec::new();
+            let input: Vec<ServerId> = (0..held.servers.len()).collect();
+            let survivors = self.chain.run(&mut req, input, &mut steps)?;
+            let chosen = select(&survivors, req.states());
+            let (state, notes) = req.finish();
+            Ok(Allocation { chosen, steps, state, notes })
+        })
     }
 
     /// The working set of an allocation of `body` on `held`, over `states` (one per server).
@@ -238,7 +241,9 @@ impl Engine {
         let (vm, image) = (VmPayload::default(), Image::default());
         let mut req = Request::new(servers, &vm, &image, None, &[], &self.defaults, StdRng::seed_from_u64(0));
         let mut steps = Vec::new();
-        let survivors = self.capacity_chain.run(&mut req, (0..servers.len()).collect(), &mut steps)?;
+        let survivors = parallel::deciding(servers.len(), || {
+            self.capacity_chain.run(&mut req, (0..servers.len()).collect(), &mut steps)
+        })?;
         let mut reasons = Reasons::default();
         for step in &steps {
             reasons.extend(&step.reasons);

@@ -4,8 +4,10 @@
 //! memory, one server after another; splitting the candidates over the cores divides that
 //! time. The parts go to threads kept for them (one per core besides the caller's); below
 //! [`PARALLEL_FROM`] candidates handing a part over costs more than it saves, so small
-//! requests (CNAPI's usual tens of servers) stay on the calling thread. Results keep the
-//! candidates' order, so the answer is the same either way.
+//! requests (CNAPI's usual tens of servers) stay on the calling thread. Within a whole
+//! decision ([`deciding`]) the parts go to helpers kept polling on the other cores instead
+//! (`super::busy`), when free. Results keep the candidates' order, so the answer is the same
+//! either way.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -48,6 +50,16 @@ pub fn map_servers<T: Send>(ids: &[ServerId], f: impl Fn(ServerId) -> T + Sync) 
     out
 }
 
+/// Runs `decide`, a decision over `candidates` servers; when its passes will be split over
+/// the cores, with the helpers kept polling for their parts throughout (see `busy`).
+pub fn deciding<R>(candidates: usize, decide: impl FnOnce() -> R) -> R {
+    if cores().min(candidates / PARALLEL_FROM) > 1 && !ONE_CORE.with(Cell::get) {
+        super::busy::with_busy_helpers(decide)
+    } else {
+        decide()
+    }
+}
+
 /// Threads kept for the passes, one per core besides the caller's: a thread started per
 /// pass cost 40-70 µs, and a request of thousands of servers makes about thirty passes.
 fn pass_threads() -> Option<&'static rayon_core::ThreadPool> {
@@ -77,6 +89,11 @@ pub fn map_parts<'i, T: Send>(ids: &'i [ServerId], f: impl Fn(&'i [ServerId]) ->
     };
     let per_thread = ids.len().div_ceil(threads);
     let f = &f;
+    let calls: Vec<_> = ids.chunks(per_thread).map(|part| move || f(part)).collect();
+    let calls: Vec<&(dyn Fn() -> T + Sync)> = calls.iter().map(|call| call as &(dyn Fn() -> T + Sync)).collect();
+    if let Some(outs) = super::busy::run_parts(&calls) {
+        return outs;
+    }
     let mut parts = ids.chunks(per_thread);
     let mine = parts.next().unwrap_or_default();
     let mut outs: Vec<Option<T>> = (0..threads).map(|_| None).collect();
