@@ -24,6 +24,7 @@ pub mod inventory;
 pub mod js;
 pub mod model;
 pub mod outcome;
+mod placement;
 pub mod plugins;
 pub mod record;
 pub mod registry;

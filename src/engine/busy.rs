@@ -9,8 +9,8 @@
 //! two parts one after the other (255 µs for 250 µs of work).
 //!
 //! So for the length of a big decision ([`with_busy_helpers`]) each helper is woken once,
-//! moved off the decision's CPU (its affinity set to the other CPUs, the decision's thread
-//! held on its own), and polls for parts instead of sleeping; a pass hands its parts over
+//! moved off the decision's CPU (`crate::placement`: its affinity set to the other CPUs, the
+//! decision's thread held on its own), and polls for parts instead of sleeping; a pass hands its parts over
 //! through a slot per helper and polls for their end. A pass then takes ~150 µs rather than
 //! 255. One decision at a time has the helpers; another one running meanwhile uses the
 //! ordinary pass threads. The polling yields the CPU every few µs, so that a thread with
@@ -21,12 +21,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+use crate::placement::{affinity, current_cpu, move_off, set_affinity, CpuSet, HeldHere, PLACED_WITHIN};
 
 /// Polls between two yields of the CPU while waiting for work or for a part to end.
 const POLLS_PER_YIELD: u32 = 256;
-/// How long a decision waits for its helpers to be up before it goes on without them.
-const READY_WITHIN: Duration = Duration::from_millis(2);
 
 /// A part handed to a helper: the work, and whether it has ended (and how).
 struct Job<'a> {
@@ -73,7 +73,10 @@ fn helpers() -> Option<&'static Helpers> {
 /// threads cannot be placed (not Linux).
 fn start() -> Option<Helpers> {
     let count = crate::cores().unwrap_or(1).saturating_sub(1);
-    if count == 0 || current_cpu().is_none() || affinity().is_none() {
+    // Where the helpers may run: where the thread that starts them may (a decision's, not
+    // yet held on its CPU).
+    let allowed = affinity()?;
+    if count == 0 || current_cpu().is_none() {
         return None;
     }
     // The slots live as long as the process: the helpers read them for good.
@@ -91,7 +94,7 @@ fn start() -> Option<Helpers> {
     );
     let mut threads = Vec::with_capacity(count);
     for (i, slot) in slots.iter().enumerate() {
-        let spawned = std::thread::Builder::new().name(format!("dapi-busy-{i}")).spawn(move || serve(slot));
+        let spawned = std::thread::Builder::new().name(format!("dapi-busy-{i}")).spawn(move || serve(slot, allowed));
         threads.push(spawned.ok()?.thread().clone());
     }
     Some(Helpers { slots, threads, taken: Mutex::new(()) })
@@ -105,15 +108,17 @@ pub fn with_busy_helpers<R>(decide: impl FnOnce() -> R) -> R {
     }
     let Some(helpers) = helpers() else { return decide() };
     let Ok(_taken) = helpers.taken.try_lock() else { return decide() };
-    let (Some(cpu), Some(own_affinity)) = (current_cpu(), affinity()) else { return decide() };
+    // Held on its CPU, this thread cannot be moved onto a helper's.
+    let Some(held) = HeldHere::new() else { return decide() };
+    let cpu = held.cpu();
     static DECISIONS: AtomicU64 = AtomicU64::new(0);
     let decision = DECISIONS.fetch_add(1, Ordering::Relaxed) + 1;
 
     /// Lets the helpers go (each stops polling once its slot wants another decision or
-    /// none) and this thread's placement back, also when the decision panics.
+    /// none), then this thread's placement (`HeldHere`), also when the decision panics.
     struct Release {
         helpers: &'static Helpers,
-        own_affinity: CpuSet,
+        _held: HeldHere,
     }
     impl Drop for Release {
         fn drop(&mut self) {
@@ -121,12 +126,9 @@ pub fn with_busy_helpers<R>(decide: impl FnOnce() -> R) -> R {
             for slot in self.helpers.slots {
                 slot.wanted.store(0, Ordering::Release);
             }
-            set_affinity(&self.own_affinity);
         }
     }
-    // Held on its CPU, this thread cannot be moved onto a helper's.
-    set_affinity(&only(cpu));
-    let release = Release { helpers, own_affinity };
+    let release = Release { helpers, _held: held };
     for (slot, thread) in helpers.slots.iter().zip(&helpers.threads) {
         *slot.caller.lock().unwrap_or_else(|e| e.into_inner()) = Some(std::thread::current());
         slot.caller_cpu.store(cpu, Ordering::Relaxed);
@@ -134,7 +136,7 @@ pub fn with_busy_helpers<R>(decide: impl FnOnce() -> R) -> R {
         thread.unpark();
     }
     // Parked, this thread lets a helper woken onto its CPU run and move away.
-    let deadline = Instant::now() + READY_WITHIN;
+    let deadline = Instant::now() + PLACED_WITHIN;
     loop {
         let declined = helpers.slots.iter().any(|s| s.declined.load(Ordering::Acquire) == decision);
         if declined || Instant::now() >= deadline {
@@ -208,8 +210,7 @@ pub fn run_parts<T: Send>(parts: &[&(dyn Fn() -> T + Sync)]) -> Option<Vec<T>> {
 
 /// A helper's life: parked until a decision wants it, then off the decision's CPU and
 /// polling for parts until the decision lets go.
-fn serve(slot: &'static Slot) {
-    let Some(allowed) = affinity() else { return };
+fn serve(slot: &'static Slot, allowed: CpuSet) {
     loop {
         let decision = loop {
             match slot.wanted.load(Ordering::Acquire) {
@@ -217,13 +218,8 @@ fn serve(slot: &'static Slot) {
                 decision => break decision,
             }
         };
-        let caller_cpu = slot.caller_cpu.load(Ordering::Relaxed);
-        let mut others = allowed;
-        if cpu_in(&others, caller_cpu) {
-            clear_cpu(&mut others, caller_cpu);
-        }
         // Refused, or nowhere else to go: polling beside the decision would only slow it.
-        let moved = cpu_count(&others) > 0 && set_affinity(&others) && current_cpu() != Some(caller_cpu);
+        let moved = move_off(&allowed, slot.caller_cpu.load(Ordering::Relaxed));
         if moved {
             slot.ready.store(decision, Ordering::Release);
         } else {
@@ -265,97 +261,12 @@ fn poll_until(mut done: impl FnMut() -> bool) {
     }
 }
 
-#[cfg(target_os = "linux")]
-type CpuSet = libc::cpu_set_t;
-#[cfg(not(target_os = "linux"))]
-type CpuSet = ();
-
-#[cfg(target_os = "linux")]
-fn current_cpu() -> Option<i32> {
-    // SAFETY: no arguments; it returns the CPU or -1.
-    let cpu = unsafe { libc::sched_getcpu() };
-    (cpu >= 0).then_some(cpu)
-}
-
-/// The CPUs this thread may run on.
-#[cfg(target_os = "linux")]
-fn affinity() -> Option<CpuSet> {
-    // SAFETY: a zeroed `cpu_set_t` is an empty set, which the call fills.
-    unsafe {
-        let mut set: CpuSet = std::mem::zeroed();
-        (libc::sched_getaffinity(0, std::mem::size_of::<CpuSet>(), &mut set) == 0).then_some(set)
-    }
-}
-
-/// Whether this thread now runs on `set` only (the kernel moves it at once if need be).
-#[cfg(target_os = "linux")]
-fn set_affinity(set: &CpuSet) -> bool {
-    // SAFETY: `set` is a valid `cpu_set_t`; a refusal leaves the affinity as it was.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<CpuSet>(), set) == 0 }
-}
-
-#[cfg(target_os = "linux")]
-fn only(cpu: i32) -> CpuSet {
-    // SAFETY: as in `affinity`.
-    let mut set: CpuSet = unsafe { std::mem::zeroed() };
-    if cpu >= 0 && (cpu as usize) < libc::CPU_SETSIZE as usize {
-        // SAFETY: `cpu` is within the set's size.
-        unsafe { libc::CPU_SET(cpu as usize, &mut set) };
-    }
-    set
-}
-
-#[cfg(target_os = "linux")]
-fn cpu_in(set: &CpuSet, cpu: i32) -> bool {
-    // SAFETY: `cpu` is checked to be within the set's size.
-    cpu >= 0 && (cpu as usize) < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(cpu as usize, set) }
-}
-
-#[cfg(target_os = "linux")]
-fn clear_cpu(set: &mut CpuSet, cpu: i32) {
-    if cpu_in(set, cpu) {
-        // SAFETY: `cpu_in` checked it is within the set's size.
-        unsafe { libc::CPU_CLR(cpu as usize, set) };
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn cpu_count(set: &CpuSet) -> i32 {
-    // SAFETY: counts the bits of a valid set.
-    unsafe { libc::CPU_COUNT(set) }
-}
-
-// Elsewhere threads are not placed, and there are no busy helpers (`start`).
-#[cfg(not(target_os = "linux"))]
-fn current_cpu() -> Option<i32> {
-    None
-}
-#[cfg(not(target_os = "linux"))]
-fn affinity() -> Option<CpuSet> {
-    None
-}
-#[cfg(not(target_os = "linux"))]
-fn set_affinity(_set: &CpuSet) -> bool {
-    false
-}
-#[cfg(not(target_os = "linux"))]
-fn only(_cpu: i32) -> CpuSet {}
-#[cfg(not(target_os = "linux"))]
-fn cpu_in(_set: &CpuSet, _cpu: i32) -> bool {
-    false
-}
-#[cfg(not(target_os = "linux"))]
-fn clear_cpu(_set: &mut CpuSet, _cpu: i32) {}
-#[cfg(not(target_os = "linux"))]
-fn cpu_count(_set: &CpuSet) -> i32 {
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::parallel::{deciding, map_servers, sift, PARALLEL_FROM};
     use super::*;
     use crate::engine::ServerId;
+    use crate::placement::cpu_in;
 
     /// Parts run on a busy helper since the tests began.
     pub(super) static RUN_ON_HELPERS: AtomicU64 = AtomicU64::new(0);

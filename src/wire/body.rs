@@ -291,8 +291,14 @@ impl<'a> Cursor<'a> {
         let Some(starts) = self.piece_starts() else { return self.servers_read(raws, servers, None) };
         let pieces = Pieces::new(starts);
         let text = self.text;
+        // Started, the other thread could wait for this one's CPU (`crate::placement`).
+        let apart = crate::placement::Apart::new();
         std::thread::scope(|scope| {
-            let other = scope.spawn(|| pieces.read_from_back(&mut Cursor::new(text)));
+            let other = scope.spawn(|| {
+                apart.move_off();
+                pieces.read_from_back(&mut Cursor::new(text))
+            });
+            apart.wait();
             let read = self.servers_read(raws, servers, Some(Ahead { pieces: &pieces, other: Some(other), next: 0 }));
             pieces.close();
             read
