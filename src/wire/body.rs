@@ -291,7 +291,8 @@ impl<'a> Cursor<'a> {
         let Some(starts) = self.piece_starts() else { return self.servers_read(raws, servers, None) };
         let pieces = Pieces::new(starts);
         let text = self.text;
-        // Started, the other thread could wait for this one's CPU (`crate::placement`).
+        // A thread started here may be put on this one's CPU and wait for it there: it moves
+        // off first, and this one waits until it has (`crate::placement`).
         let apart = crate::placement::Apart::new();
         std::thread::scope(|scope| {
             let other = scope.spawn(|| {
