@@ -12,7 +12,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// How long a caller waits for the other thread to be placed before it goes on anyway.
-pub(crate) const PLACED_WITHIN: Duration = Duration::from_millis(2);
+const PLACED_WITHIN: Duration = Duration::from_millis(2);
 
 /// This thread held on the CPU it runs on until dropped, then let run where it could before.
 pub(crate) struct HeldHere {
@@ -78,18 +78,24 @@ impl Apart {
 
     /// On the caller: parked until the other thread is placed, for [`PLACED_WITHIN`] at most.
     pub(crate) fn wait(&self) {
-        if self.held.is_none() {
-            return;
-        }
-        let deadline = Instant::now() + PLACED_WITHIN;
-        while !self.placed.load(Ordering::Acquire) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            std::thread::park_timeout(left);
+        if self.held.is_some() {
+            park_until(|| self.placed.load(Ordering::Acquire));
         }
     }
+}
+
+/// Parks this thread until `placed` holds (the thread placing itself unparks it), for
+/// [`PLACED_WITHIN`] at most: whether it held.
+pub(crate) fn park_until(placed: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + PLACED_WITHIN;
+    while !placed() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        std::thread::park_timeout(left);
+    }
+    true
 }
 
 #[cfg(target_os = "linux")]

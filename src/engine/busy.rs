@@ -21,9 +21,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::thread::Thread;
-use std::time::Instant;
 
-use crate::placement::{affinity, current_cpu, move_off, set_affinity, CpuSet, HeldHere, PLACED_WITHIN};
+use crate::placement::{affinity, current_cpu, move_off, park_until, set_affinity, CpuSet, HeldHere};
 
 /// Polls between two yields of the CPU while waiting for work or for a part to end.
 const POLLS_PER_YIELD: u32 = 256;
@@ -136,17 +135,11 @@ pub fn with_busy_helpers<R>(decide: impl FnOnce() -> R) -> R {
         thread.unpark();
     }
     // Parked, this thread lets a helper woken onto its CPU run and move away.
-    let deadline = Instant::now() + PLACED_WITHIN;
-    loop {
-        let declined = helpers.slots.iter().any(|s| s.declined.load(Ordering::Acquire) == decision);
-        if declined || Instant::now() >= deadline {
-            drop(release);
-            return decide();
-        }
-        if helpers.slots.iter().all(|s| s.ready.load(Ordering::Acquire) == decision) {
-            break;
-        }
-        std::thread::park_timeout(deadline.saturating_duration_since(Instant::now()));
+    let ready = |slot: &Slot| slot.ready.load(Ordering::Acquire) == decision;
+    let answered = |slot: &Slot| ready(slot) || slot.declined.load(Ordering::Acquire) == decision;
+    if !park_until(|| helpers.slots.iter().all(answered)) || !helpers.slots.iter().all(ready) {
+        drop(release);
+        return decide();
     }
     HELD.with(|held| held.set(Some(helpers)));
     let decided = decide();

@@ -53,10 +53,19 @@ pub fn map_servers<T: Send>(ids: &[ServerId], f: impl Fn(ServerId) -> T + Sync) 
 /// Runs `decide`, a decision over `candidates` servers; when its passes will be split over
 /// the cores, with the helpers kept polling for their parts throughout (see `busy`).
 pub fn deciding<R>(candidates: usize, decide: impl FnOnce() -> R) -> R {
-    if cores().min(candidates / PARALLEL_FROM) > 1 && !ONE_CORE.with(Cell::get) {
+    if parts_for(candidates) > 1 {
         super::busy::with_busy_helpers(decide)
     } else {
         decide()
+    }
+}
+
+/// How many parts a pass over `candidates` is split into (1: it stays on the calling thread).
+fn parts_for(candidates: usize) -> usize {
+    if ONE_CORE.with(Cell::get) {
+        1
+    } else {
+        cores().min(candidates / PARALLEL_FROM).max(1)
     }
 }
 
@@ -82,9 +91,9 @@ fn pass_threads() -> Option<&'static rayon_core::ThreadPool> {
 /// `f` of consecutive parts of the candidates (one per core when there are many, else
 /// one), in order. The caller reads the first part itself.
 pub fn map_parts<'i, T: Send>(ids: &'i [ServerId], f: impl Fn(&'i [ServerId]) -> T + Sync) -> Vec<T> {
-    let threads = cores().min(ids.len() / PARALLEL_FROM).max(1);
+    let threads = parts_for(ids.len());
     let pool = match pass_threads() {
-        Some(pool) if threads > 1 && !ONE_CORE.with(Cell::get) => pool,
+        Some(pool) if threads > 1 => pool,
         _ => return vec![f(ids)],
     };
     let per_thread = ids.len().div_ceil(threads);
